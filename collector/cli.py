@@ -1,0 +1,50 @@
+"""The command-line router: each subcommand lives in its own module with ``add_parser`` and ``run``."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from collector.errors import StallwatchError
+
+# subcommand -> module with add_parser(subparsers) and run(args) -> int
+SUBCOMMANDS = {
+    "demo": "collector.demo",
+    "report": "collector.report_cli",
+    "sweep": "collector.sweep_cli",
+    "run": "collector.run_cli",
+}
+
+EXIT_USAGE = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m collector",
+        description="stallwatch: see and fix a GPU starved by its DataLoader.",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, module_name in SUBCOMMANDS.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            continue
+        module.add_parser(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return int(args.handler(args) or 0)
+    except StallwatchError as exc:
+        print(f"stallwatch: {exc}", file=sys.stderr)
+        return EXIT_USAGE

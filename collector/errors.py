@@ -1,0 +1,23 @@
+"""Typed errors that stallwatch raises to its callers (never inside a training loop)."""
+
+from __future__ import annotations
+
+
+class StallwatchError(Exception):
+    """Base class: a problem the user can fix, with a one-line message saying how."""
+
+
+class NotAStallwatchFile(StallwatchError):
+    """The path is missing, empty, not SQLite, corrupt, or another program's database."""
+
+
+class SchemaTooNew(StallwatchError):
+    """The file was written by a newer stallwatch than this one."""
+
+
+class UnknownRun(StallwatchError):
+    """No run in the file matches the name or id asked for."""
+
+
+class InsufficientData(StallwatchError):
+    """The run has too few batches to say anything yet."""

@@ -1,0 +1,189 @@
+"""The read side of a stallwatch file: read-only, one short connection per query."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import pandas as pd
+
+from collector.errors import NotAStallwatchFile, UnknownRun
+from collector.store.writer import check_meta
+
+# A running run whose heartbeat is older than this was killed (SIGKILL, OOM, power).
+STALE_AFTER_S = 5.0
+
+JSON_COLUMNS = ("tags", "config", "host", "versions", "warnings")
+
+BATCH_COLUMNS = (
+    "b.epoch, b.idx, b.ts, b.wait_s, b.step_s, b.ready, b.in_flight, b.worker_id,"
+    " b.worker_pid, b.samples, b.nbytes, b.pinned, b.gpu_idle_s,"
+    " f.wall_s AS worker_wall_s, f.cpu_s AS worker_cpu_s, f.started_at AS worker_started_at"
+)
+BATCH_JOIN = (
+    "FROM batches b LEFT JOIN worker_fetches f ON f.run_id = b.run_id"
+    " AND f.worker_pid = b.worker_pid AND f.worker_incarnation = b.worker_incarnation"
+    " AND f.worker_seq = b.worker_seq"
+)
+
+
+def run_state(
+    status: str,
+    heartbeat_at: float | None,
+    *,
+    hostname: str | None = None,
+    pid: int | None = None,
+    now: float | None = None,
+) -> str:
+    """``status`` as stored, except a 'running' run that has stopped beating reads 'stopped'."""
+    if status != "running":
+        return status
+    now = time.time() if now is None else now
+    if heartbeat_at is None or now - heartbeat_at > STALE_AFTER_S:
+        return "stopped"
+    if hostname == socket.gethostname() and pid is not None and not _pid_alive(pid):
+        return "stopped"
+    return "running"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Reader:
+    """Opens a stallwatch file read-only; each call uses a fresh, short connection.
+
+    No read transaction outlives a call, so a reader never holds back the
+    writer's WAL checkpoints, and nothing is ever written to the file.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.fspath(path)
+        if not os.path.exists(self.path):
+            raise NotAStallwatchFile(f"{self.path} does not exist")
+        if os.path.isdir(self.path):
+            raise NotAStallwatchFile(f"{self.path} is a directory, not a stallwatch file")
+        if os.path.getsize(self.path) == 0:
+            raise NotAStallwatchFile(f"{self.path} is an empty file, not a stallwatch file")
+        with self.connect() as conn:
+            check_meta(conn, self.path)
+
+    @contextmanager
+    def connect(self) -> Iterator[sqlite3.Connection]:
+        uri = "file:" + self.path.replace("?", "%3f").replace("#", "%23") + "?mode=ro"
+        try:
+            conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=5.0)
+        except sqlite3.Error as exc:
+            raise NotAStallwatchFile(f"{self.path} cannot be opened: {exc}") from exc
+        try:
+            yield conn
+        except sqlite3.DatabaseError as exc:
+            raise NotAStallwatchFile(f"{self.path} is not a readable stallwatch file: {exc}") from exc
+        finally:
+            conn.close()
+
+    def frame(self, sql: str, params: Sequence[Any] = ()) -> pd.DataFrame:
+        with self.connect() as conn:
+            cur = conn.execute(sql, params)
+            columns = [d[0] for d in cur.description]
+            return pd.DataFrame.from_records(cur.fetchall(), columns=columns)
+
+    def scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        with self.connect() as conn:
+            row = conn.execute(sql, params).fetchone()
+        return None if row is None else row[0]
+
+    # -- runs ---------------------------------------------------------------
+
+    def runs(self) -> pd.DataFrame:
+        """Every run, newest first, with JSON columns decoded and a derived ``state``."""
+        df = self.frame("SELECT * FROM runs ORDER BY id DESC")
+        for column in JSON_COLUMNS:
+            df[column] = [json.loads(v) if v else ({} if column != "warnings" else []) for v in df[column]]
+        now = time.time()
+        df["state"] = [
+            run_state(s, h, hostname=hn, pid=p, now=now)
+            for s, h, hn, p in zip(df["status"], df["heartbeat_at"], df["hostname"], df["pid"], strict=True)
+        ]
+        return df
+
+    def run(self, ref: str | int | None = "latest") -> dict[str, Any]:
+        """One run by id, name (the newest of that name) or ``"latest"``."""
+        runs = self.runs()
+        if runs.empty:
+            raise UnknownRun(f"{self.path} holds no runs yet")
+        if ref is None or ref == "latest":
+            match = runs.head(1)
+        else:
+            text = str(ref)
+            match = runs[runs["name"] == text].head(1)
+            if match.empty and text.isdigit():
+                match = runs[runs["id"] == int(text)]
+        if match.empty:
+            names = ", ".join(runs["name"].head(5))
+            raise UnknownRun(f"no run {ref!r} in {self.path} (newest runs: {names})")
+        return {key: _plain(value) for key, value in match.iloc[0].to_dict().items()}
+
+    def run_totals(self) -> pd.DataFrame:
+        """Per run: batches, summed wait and step time, first and last batch time."""
+        return self.frame(
+            "SELECT run_id, COUNT(*) AS batches, SUM(wait_s) AS wait_s, SUM(step_s) AS step_s,"
+            " MIN(ts) AS first_ts, MAX(ts) AS last_ts FROM batches GROUP BY run_id"
+        )
+
+    # -- per-run tables -----------------------------------------------------
+
+    def batches(self, run_id: int, since_ts: float | None = None) -> pd.DataFrame:
+        """Batches in time order, each joined with its worker's fetch timing."""
+        where, params = _since("b", run_id, since_ts)
+        return self.frame(f"SELECT {BATCH_COLUMNS} {BATCH_JOIN} {where} ORDER BY b.ts", params)
+
+    def epochs(self, run_id: int) -> pd.DataFrame:
+        df = self.frame("SELECT * FROM epochs WHERE run_id = ? ORDER BY epoch", (run_id,))
+        df["worker_pids"] = [json.loads(v) if v else [] for v in df["worker_pids"]]
+        return df
+
+    def worker_fetches(self, run_id: int, since_ts: float | None = None) -> pd.DataFrame:
+        where, params = _since("f", run_id, since_ts, ts_column="started_at")
+        return self.frame(f"SELECT * FROM worker_fetches f {where} ORDER BY f.started_at", params)
+
+    def gpu_samples(self, run_id: int, since_ts: float | None = None) -> pd.DataFrame:
+        where, params = _since("g", run_id, since_ts)
+        return self.frame(f"SELECT * FROM gpu_samples g {where} ORDER BY g.ts", params)
+
+    def host_samples(self, run_id: int, since_ts: float | None = None) -> pd.DataFrame:
+        where, params = _since("h", run_id, since_ts)
+        df = self.frame(f"SELECT * FROM host_samples h {where} ORDER BY h.ts", params)
+        df["per_core_pct"] = [json.loads(v) if v else [] for v in df["per_core_pct"]]
+        return df
+
+    def proc_samples(self, run_id: int, since_ts: float | None = None) -> pd.DataFrame:
+        where, params = _since("p", run_id, since_ts)
+        return self.frame(f"SELECT * FROM proc_samples p {where} ORDER BY p.ts", params)
+
+
+def _since(alias: str, run_id: int, since_ts: float | None, ts_column: str = "ts") -> tuple[str, tuple[Any, ...]]:
+    if since_ts is None:
+        return f"WHERE {alias}.run_id = ?", (run_id,)
+    return f"WHERE {alias}.run_id = ? AND {alias}.{ts_column} >= ?", (run_id, since_ts)
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars and NaN to plain Python values (None for missing)."""
+    if isinstance(value, (dict, list, str)) or value is None:
+        return value
+    if pd.isna(value):
+        return None
+    return value.item() if hasattr(value, "item") else value

@@ -1,0 +1,112 @@
+"""The SQLite schema of a stallwatch file: tables, indexes and its version."""
+
+from __future__ import annotations
+
+APP_ID = "stallwatch"
+SCHEMA_VERSION = 1
+
+# NOTE [ Schema ]
+# Units are in the column names: *_s seconds, *_bytes bytes, *_pct percent,
+# *_w watts, *_bps bytes per second. Timestamps (*_at, ts) are Unix wall-clock
+# seconds; durations come from monotonic clocks. NULL always means "not
+# available" (no GPU, no worker, unsupported metric), never zero.
+# The batch <-> worker-fetch link is (run_id, worker_pid, worker_incarnation,
+# worker_seq): the k-th fetch of a worker process in one fetcher incarnation is
+# the k-th batch the main process consumed from it. See NOTE [ Worker timing ].
+DDL = """
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT NOT NULL,
+    status TEXT NOT NULL,            -- running | completed | crashed | interrupted
+    error TEXT,
+    started_at REAL NOT NULL,
+    ended_at REAL,
+    heartbeat_at REAL,
+    hostname TEXT,
+    pid INTEGER,
+    command TEXT,
+    rank INTEGER,
+    world_size INTEGER,
+    tags TEXT,                       -- JSON object, e.g. {"sweep": "..."}
+    config TEXT,                     -- JSON: the loader's configuration
+    host TEXT,                       -- JSON: cores, RAM, GPUs, driver
+    versions TEXT,                   -- JSON: python, torch, stallwatch
+    dropped_records INTEGER NOT NULL DEFAULT 0,
+    warnings TEXT                    -- JSON list of warnings the collector gave
+);
+CREATE TABLE IF NOT EXISTS epochs (
+    run_id INTEGER NOT NULL REFERENCES runs(id),
+    epoch INTEGER NOT NULL,
+    started_at REAL NOT NULL,
+    ended_at REAL,
+    first_batch_s REAL,              -- iter() to the first batch: worker start-up
+    batches INTEGER,
+    worker_pids TEXT,                -- JSON list
+    PRIMARY KEY (run_id, epoch)
+);
+CREATE TABLE IF NOT EXISTS batches (
+    run_id INTEGER NOT NULL REFERENCES runs(id),
+    epoch INTEGER NOT NULL,
+    idx INTEGER NOT NULL,            -- position in the epoch
+    ts REAL NOT NULL,                -- when the batch was handed to the loop
+    wait_s REAL NOT NULL,            -- time blocked inside next()
+    step_s REAL,                     -- previous batch's return to this request
+    ready INTEGER,                   -- batches ready in the loader at next()
+    in_flight INTEGER,               -- requested from workers, not yet consumed
+    worker_id INTEGER,
+    worker_pid INTEGER,
+    worker_incarnation INTEGER,
+    worker_seq INTEGER,
+    samples INTEGER,
+    nbytes INTEGER,
+    pinned INTEGER,                  -- 1 if every tensor is in pinned memory
+    gpu_idle_s REAL,                 -- GPU stream idle during the wait (CUDA events)
+    PRIMARY KEY (run_id, epoch, idx)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS worker_fetches (
+    run_id INTEGER NOT NULL REFERENCES runs(id),
+    worker_pid INTEGER NOT NULL,
+    worker_id INTEGER NOT NULL,
+    worker_incarnation INTEGER NOT NULL,
+    worker_seq INTEGER NOT NULL,
+    started_at REAL NOT NULL,
+    wall_s REAL NOT NULL,            -- __getitem__ + collate, wall clock
+    cpu_s REAL NOT NULL,             -- CPU time the worker thread used for it
+    PRIMARY KEY (run_id, worker_pid, worker_incarnation, worker_seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS gpu_samples (
+    run_id INTEGER NOT NULL REFERENCES runs(id),
+    ts REAL NOT NULL,
+    gpu INTEGER NOT NULL,            -- NVML device index
+    util_pct REAL,
+    mem_used_bytes INTEGER,
+    mem_total_bytes INTEGER,
+    power_w REAL
+);
+CREATE INDEX IF NOT EXISTS gpu_samples_run_ts ON gpu_samples (run_id, ts);
+CREATE TABLE IF NOT EXISTS host_samples (
+    run_id INTEGER NOT NULL REFERENCES runs(id),
+    ts REAL NOT NULL,
+    cpu_pct REAL,                    -- whole machine, 100 = every core busy
+    per_core_pct TEXT,               -- JSON list, one value per logical core
+    mem_available_bytes INTEGER,
+    disk_read_bps REAL
+);
+CREATE INDEX IF NOT EXISTS host_samples_run_ts ON host_samples (run_id, ts);
+CREATE TABLE IF NOT EXISTS proc_samples (
+    run_id INTEGER NOT NULL REFERENCES runs(id),
+    ts REAL NOT NULL,
+    pid INTEGER NOT NULL,
+    role TEXT NOT NULL,              -- main | worker
+    worker_id INTEGER,
+    cpu_pct REAL,                    -- 100 = one core busy
+    rss_bytes INTEGER,
+    uss_bytes INTEGER,
+    pss_bytes INTEGER
+);
+CREATE INDEX IF NOT EXISTS proc_samples_run_ts ON proc_samples (run_id, ts);
+"""

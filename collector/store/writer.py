@@ -1,0 +1,193 @@
+"""The write side of a stallwatch file: one connection, WAL, batched inserts."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from collector.errors import NotAStallwatchFile, SchemaTooNew
+from collector.store.schema import APP_ID, DDL, SCHEMA_VERSION
+
+BUSY_TIMEOUT_MS = 5_000
+
+Row = Sequence[Any]
+
+INSERTS = {
+    "gpu_samples": "INSERT INTO gpu_samples VALUES (?,?,?,?,?,?,?)",
+    "host_samples": "INSERT INTO host_samples VALUES (?,?,?,?,?,?)",
+    "proc_samples": "INSERT INTO proc_samples VALUES (?,?,?,?,?,?,?,?,?)",
+}
+
+
+def batch_insert_sql(run_id: int, wall0_s: float, perf0_ns: int) -> str:
+    """INSERT for raw hot-path records; SQLite, not Python, turns clocks into columns.
+
+    A record is (n, epoch, idx, t_request_ns, t_return_ns, t_prev_return_ns,
+    ready, in_flight, worker_id, worker_pid, worker_incarnation, worker_seq,
+    samples, nbytes, pinned). ``n`` is the drop counter and is not stored.
+    """
+    # NOTE [ Clocks in SQL ]
+    # Binding the raw perf_counter_ns values and computing ts, wait_s and
+    # step_s in the statement keeps per-row Python work (which holds the GIL
+    # and so competes with the training thread) to parameter binding alone.
+    # The constants are our own int/float values, formatted with repr.
+    ts = f"{float(wall0_s)!r} + (?5 - {int(perf0_ns)}) / 1e9"
+    return (
+        "INSERT OR REPLACE INTO batches (run_id, epoch, idx, ts, wait_s, step_s, ready, in_flight,"
+        " worker_id, worker_pid, worker_incarnation, worker_seq, samples, nbytes, pinned)"
+        f" VALUES ({int(run_id)}, ?2, ?3, {ts}, MAX(0.0, (?5 - ?4) / 1e9), MAX(0.0, (?4 - ?6) / 1e9),"
+        " ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"
+    )
+
+
+def fetch_insert_sql(run_id: int) -> str:
+    """INSERT for worker timing messages (pid, worker_id, incarnation, seq, started_at, wall_s, cpu_s)."""
+    return f"INSERT OR REPLACE INTO worker_fetches VALUES ({int(run_id)}, ?, ?, ?, ?, ?, ?, ?)"
+
+
+GPU_IDLE_UPDATE = "UPDATE batches SET gpu_idle_s = ? WHERE run_id = ? AND epoch = ? AND idx = ?"
+
+
+def table_names(conn: sqlite3.Connection) -> set[str]:
+    return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+
+
+def check_meta(conn: sqlite3.Connection, path: str) -> None:
+    """Raise unless ``conn`` holds a stallwatch database this version can read."""
+    tables = table_names(conn)
+    if "meta" not in tables:
+        kind = "an empty database" if not tables else "another program's SQLite database"
+        raise NotAStallwatchFile(f"{path} is {kind}, not a stallwatch file")
+    meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+    if meta.get("app") != APP_ID:
+        raise NotAStallwatchFile(f"{path} is another program's SQLite database")
+    version = int(meta.get("schema_version", "0"))
+    if version > SCHEMA_VERSION:
+        raise SchemaTooNew(
+            f"{path} has schema version {version}, newer than this stallwatch "
+            f"understands ({SCHEMA_VERSION}): upgrade stallwatch (pip install -U stallwatch)"
+        )
+
+
+class Store:
+    """Owns one read-write connection; every write goes through ``transaction``."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.fspath(path)
+        self.conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+        try:
+            self._prepare()
+        except sqlite3.DatabaseError as exc:
+            self.conn.close()
+            raise NotAStallwatchFile(f"{self.path} is not a stallwatch file: {exc}") from exc
+        except BaseException:
+            self.conn.close()
+            raise
+
+    def _prepare(self) -> None:
+        self.conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        if table_names(self.conn):  # never change another program's database
+            check_meta(self.conn, self.path)
+        # NOTE [ WAL ]
+        # WAL lets the dashboard read while several training processes write;
+        # synchronous=NORMAL keeps every committed transaction across a crash or
+        # SIGKILL of the writer (only power loss can drop the last commits).
+        self.conn.execute("PRAGMA journal_mode = WAL")
+        self.conn.execute("PRAGMA synchronous = NORMAL")
+        with self.transaction() as conn:
+            if not table_names(conn):  # checked again: another process may have won
+                for statement in DDL.split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+                conn.executemany(
+                    "INSERT INTO meta VALUES (?, ?)",
+                    [("app", APP_ID), ("schema_version", str(SCHEMA_VERSION))],
+                )
+        check_meta(self.conn, self.path)
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """BEGIN IMMEDIATE ... COMMIT, rolled back on any error."""
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.conn
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+
+    def create_run(
+        self,
+        name: str,
+        *,
+        config: dict[str, Any],
+        host: dict[str, Any],
+        versions: dict[str, Any],
+        hostname: str,
+        pid: int,
+        command: str,
+        rank: int | None,
+        world_size: int | None,
+        tags: dict[str, Any] | None = None,
+        started_at: float | None = None,
+    ) -> int:
+        now = time.time() if started_at is None else started_at
+        with self.transaction() as conn:
+            cur = conn.execute(
+                "INSERT INTO runs (name, status, started_at, heartbeat_at, hostname, pid, command,"
+                " rank, world_size, tags, config, host, versions)"
+                " VALUES (?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    name,
+                    now,
+                    now,
+                    hostname,
+                    pid,
+                    command,
+                    rank,
+                    world_size,
+                    json.dumps(tags or {}),
+                    json.dumps(config, default=str),
+                    json.dumps(host, default=str),
+                    json.dumps(versions, default=str),
+                ),
+            )
+            run_id = cur.lastrowid
+        assert run_id is not None
+        return run_id
+
+    def write(
+        self,
+        rows: dict[str, Iterable[Row]],
+        epochs: Iterable[Row] = (),
+        run_update: dict[str, Any] | None = None,
+        run_id: int | None = None,
+        statements: Iterable[tuple[str, Iterable[Row]]] = (),
+    ) -> None:
+        """Insert batched rows, upsert epochs and update the run in one transaction.
+
+        ``rows`` maps a sample table to its rows; ``statements`` are (sql, rows)
+        pairs built by ``batch_insert_sql``, ``fetch_insert_sql`` or ``GPU_IDLE_UPDATE``.
+        """
+        with self.transaction() as conn:
+            for sql, sql_rows in statements:
+                conn.executemany(sql, sql_rows)
+            for table, table_rows in rows.items():
+                conn.executemany(INSERTS[table], table_rows)
+            conn.executemany(
+                "INSERT INTO epochs VALUES (?,?,?,?,?,?,?) ON CONFLICT (run_id, epoch) DO UPDATE SET"
+                " ended_at=excluded.ended_at, first_batch_s=excluded.first_batch_s,"
+                " batches=excluded.batches, worker_pids=excluded.worker_pids",
+                epochs,
+            )
+            if run_update and run_id is not None:
+                columns = ", ".join(f"{key} = ?" for key in run_update)
+                conn.execute(f"UPDATE runs SET {columns} WHERE id = ?", (*run_update.values(), run_id))
+
+    def close(self) -> None:
+        self.conn.close()

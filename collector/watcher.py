@@ -1,0 +1,328 @@
+"""``watch``: wrap a DataLoader so each batch's wait is recorded, changing nothing else."""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import multiprocessing
+import os
+import socket
+import sys
+import threading
+import time
+import traceback
+import weakref
+from collections import deque
+from collections.abc import Iterator
+from types import TracebackType
+from typing import Any
+
+from collector import cuda_idle, loader_probe
+from collector.batchinfo import NO_INFO, describe_batch
+from collector.cuda_idle import IdleResolver
+from collector.host import host_facts
+from collector.monitor import Monitor, Rates, RunStart, Shared
+from collector.runinfo import command_line, distributed, generated_name, loader_config, versions
+from collector.worker_timing import WorkerHook
+
+DEFAULT_DB = "stallwatch.sqlite"
+# NOTE [ Bounded buffer ]
+# The training thread appends to a deque that drops its oldest record when
+# full; the monitor counts the gap and stores it as runs.dropped_records. At
+# about 100 bytes a record this caps the buffer near 13 MB, about 4 s of the
+# fastest loop we measured, far more than one 0.2 s flush interval.
+BUFFER_RECORDS = 1 << 17
+CLOSE_TIMEOUT_S = 10.0
+NO_QUEUE = (None, None, None, None, None, None)
+
+_open_sessions: weakref.WeakSet[Session] = weakref.WeakSet()
+_hooks_lock = threading.Lock()
+_hooks_installed = False
+
+
+class Session:
+    """One recorded run: the buffer the loop appends to and the monitor that drains it."""
+
+    def __init__(
+        self, loader: Any, db: str, name: str, rates: Rates, tags: dict[str, Any], **monitor_kwargs: Any
+    ) -> None:
+        self.loader = loader
+        self.shared = Shared(
+            records=deque(maxlen=BUFFER_RECORDS),
+            epoch_events=deque(maxlen=100_000),
+            resolver=IdleResolver(),
+            stride=[1],
+        )
+        self._counter = itertools.count()
+        self._epoch = 0
+        self.closed = False
+        rank, world = distributed()
+        start = RunStart(
+            name=name,
+            config=loader_config(loader),
+            host=host_facts(),
+            versions=versions(),
+            hostname=socket.gethostname(),
+            pid=os.getpid(),
+            command=command_line(),
+            rank=rank,
+            world_size=world,
+            tags=tags,
+        )
+        self.monitor = Monitor(db, start, self.shared, rates, **monitor_kwargs)
+        self.monitor.start()
+        _open_sessions.add(self)
+        _install_process_hooks()
+
+    # -- the loop -----------------------------------------------------------
+
+    def epoch(self) -> Iterator[Any]:
+        """Start one pass over the loader (iter() happens now, as on the DataLoader)."""
+        epoch = self._epoch
+        self._epoch += 1
+        t_start = time.perf_counter_ns()
+        it = self._open_iterator()
+        probe = loader_probe.attach(it) if getattr(self.loader, "num_workers", 0) else None
+        self.shared.epoch_events.append(("start", epoch, t_start, [] if probe is None else probe.worker_pids()))
+        cuda = cuda_idle.cuda_active()
+        if probe is None and not cuda:
+            return self._plain_loop(it, epoch, t_start)
+        return self._full_loop(it, epoch, t_start, probe, cuda)
+
+    def _open_iterator(self) -> Iterator[Any]:
+        loader = self.loader
+        workers = getattr(loader, "num_workers", 0)
+        if not workers or getattr(loader, "_iterator", None) is not None or not hasattr(loader, "worker_init_fn"):
+            return iter(loader)
+        # Fresh worker processes start in iter(): hand them the timing hook for
+        # this call only, so the user's loader keeps its own worker_init_fn.
+        # See NOTE [ Worker timing ].
+        if self.shared.fetch_queue is None:
+            context = loader.multiprocessing_context or multiprocessing.get_context()
+            self.shared.fetch_queue = context.Queue()
+        original = loader.worker_init_fn
+        loader.worker_init_fn = WorkerHook(self.shared.fetch_queue, original)
+        try:
+            return iter(loader)
+        finally:
+            loader.worker_init_fn = original
+
+    # NOTE [ Hot path ]
+    # Per batch the training thread reads the clock twice and appends one
+    # tuple; SQLite turns the raw clocks into columns later (see NOTE [ Clocks
+    # in SQL ]). The plain loop serves num_workers=0 and plain iterables on the
+    # CPU; the full loop adds queue depth, worker ids and CUDA events.
+
+    def _plain_loop(self, it: Iterator[Any], epoch: int, t_start: int) -> Iterator[Any]:
+        append = self.shared.records.append
+        counter = self._counter
+        stride = self.shared.stride
+        clock = time.perf_counter_ns
+        nxt = it.__next__
+        prev = None
+        idx = 0
+        try:
+            while True:
+                t0 = clock()
+                try:
+                    batch = nxt()
+                except StopIteration:
+                    return
+                t1 = clock()
+                info = describe_batch(batch) if idx % stride[0] == 0 else NO_INFO
+                append((next(counter), epoch, idx, t0, t1, prev, *NO_QUEUE, *info))
+                if idx == 0:
+                    self.shared.epoch_events.append(("first", epoch, t_start, t1))
+                prev = t1
+                idx += 1
+                yield batch
+        except GeneratorExit:  # the loop broke out early: not an error
+            raise
+        except BaseException as exc:
+            self.fail(exc)
+            raise
+        finally:
+            self.shared.epoch_events.append(("end", epoch, clock(), idx))
+
+    def _full_loop(
+        self, it: Iterator[Any], epoch: int, t_start: int, probe: loader_probe.Probe | None, cuda: bool
+    ) -> Iterator[Any]:
+        append = self.shared.records.append
+        counter = self._counter
+        stride = self.shared.stride
+        clock = time.perf_counter_ns
+        nxt = it.__next__
+        pids = [] if probe is None else probe.worker_pids()
+        incarnation = None if probe is None else probe.incarnation
+        resolver = self.shared.resolver
+        new_event = cuda_idle.torch_event if cuda else None
+        prev = None
+        idx = 0
+        try:
+            while True:
+                ready, in_flight = (None, None) if probe is None else probe.depth()
+                if new_event is not None:
+                    before = new_event()
+                    before.record()
+                t0 = clock()
+                try:
+                    batch = nxt()
+                except StopIteration:
+                    return
+                t1 = clock()
+                if new_event is not None:
+                    after = new_event()
+                    after.record()
+                    resolver.add((epoch, idx), before, after, t1)
+                last = None if probe is None else probe.last
+                if last is None:
+                    worker = (None, None, None, None)
+                else:
+                    w, seq = last
+                    worker = (w, pids[w] if w < len(pids) else None, incarnation, seq)
+                info = describe_batch(batch) if idx % stride[0] == 0 else NO_INFO
+                append((next(counter), epoch, idx, t0, t1, prev, ready, in_flight, *worker, *info))
+                if idx == 0:
+                    self.shared.epoch_events.append(("first", epoch, t_start, t1))
+                prev = t1
+                idx += 1
+                yield batch
+        except GeneratorExit:
+            raise
+        except BaseException as exc:
+            self.fail(exc)
+            raise
+        finally:
+            self.shared.epoch_events.append(("end", epoch, clock(), idx))
+
+    # -- ending -------------------------------------------------------------
+
+    def fail(self, exc: BaseException) -> None:
+        """Mark the run crashed (or interrupted) with the error text; the flush stores it."""
+        status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "crashed"
+        text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        self.shared.status.update(status=status, error=text)
+
+    def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
+        """Flush everything and mark the run ended. Idempotent; never raises."""
+        if self.closed:
+            return
+        self.closed = True
+        status = self.shared.status.get("status", "completed")
+        self.monitor.final_status = (status, self.shared.status.get("error"))
+        self.monitor.stop_event.set()
+        if threading.current_thread() is not self.monitor:
+            self.monitor.join(timeout_s)
+        _open_sessions.discard(self)
+        queue = self.shared.fetch_queue
+        if queue is not None:
+            queue.close()
+            queue.cancel_join_thread()
+
+
+def _install_process_hooks() -> None:
+    """Once per process: mark runs crashed on an uncaught exception, close them at exit."""
+    global _hooks_installed
+    with _hooks_lock:
+        if _hooks_installed:
+            return
+        _hooks_installed = True
+        previous = sys.excepthook
+
+        def excepthook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
+            for session in list(_open_sessions):
+                session.fail(value)
+            previous(kind, value, tb)
+
+        sys.excepthook = excepthook
+        atexit.register(close_all)
+
+
+def close_all() -> None:
+    for session in list(_open_sessions):
+        session.close()
+
+
+class WatchedLoader:
+    """The user's loader, recorded. Iterates, measures and forwards everything else."""
+
+    def __init__(self, loader: Any, session: Session) -> None:
+        self._loader = loader
+        self._session = session
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._session.epoch()
+
+    def __len__(self) -> int:
+        return len(self._loader)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self._loader, name)
+
+    @property
+    def run_id(self) -> int | None:
+        """The run's id in the file, once the monitor has created it."""
+        self._session.monitor.ready.wait(CLOSE_TIMEOUT_S)
+        return self._session.monitor.run_id
+
+    @property
+    def loader(self) -> Any:
+        return self._loader
+
+    def close(self) -> None:
+        """Flush the last records and mark the run completed (or crashed). Idempotent."""
+        self._session.close()
+
+    def __enter__(self) -> WatchedLoader:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None) -> None:
+        if value is not None:
+            self._session.fail(value)
+        self._session.close()
+
+    def __repr__(self) -> str:
+        return f"watch({self._loader!r}, db={self._session.monitor.db_path!r})"
+
+
+def watch(
+    loader: Any,
+    db: str | os.PathLike[str] | None = None,
+    run: str | None = None,
+    *,
+    gpu_hz: float = 10.0,
+    host_hz: float = 2.0,
+    tags: dict[str, Any] | None = None,
+    **monitor_kwargs: Any,
+) -> WatchedLoader:
+    """Record every batch ``loader`` hands to the training loop into a SQLite file.
+
+    ``db`` defaults to ``$STALLWATCH_DB`` or ``stallwatch.sqlite`` in the working
+    directory; ``run`` to a generated readable name. ``gpu_hz`` and ``host_hz``
+    set the background sampling rates (0 turns one off). Bad arguments raise
+    here; nothing the collector does later ever raises into the loop.
+    """
+    try:
+        iter_method = type(loader).__iter__
+    except AttributeError:
+        iter_method = None
+    if iter_method is None or isinstance(loader, (str, bytes)):
+        raise TypeError(
+            f"watch() needs an iterable such as a torch DataLoader, got {type(loader).__name__}: "
+            "pass the DataLoader itself, e.g. watch(train_loader)"
+        )
+    if isinstance(loader, WatchedLoader):
+        raise TypeError("this loader is already watched: pass the original DataLoader once")
+    path = os.fspath(db) if db is not None else os.environ.get("STALLWATCH_DB") or DEFAULT_DB
+    if not isinstance(path, str) or not path:
+        raise TypeError(f"db must be a file path, got {db!r}")
+    if os.path.isdir(path):
+        raise ValueError(f"db={path!r} is a directory: pass a file path such as {os.path.join(path, DEFAULT_DB)!r}")
+    if run is not None and (not isinstance(run, str) or not run.strip()):
+        raise ValueError(f"run must be a non-empty string naming the run, got {run!r}")
+    rates = Rates(gpu_hz=gpu_hz, host_hz=host_hz)
+    name = run if run is not None else generated_name(int(time.time() * 1000) ^ os.getpid())
+    session = Session(loader, path, name, rates, dict(tags or {}), **monitor_kwargs)
+    return WatchedLoader(loader, session)
