@@ -26,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="stallwatch: see and fix a GPU starved by its DataLoader.",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, module_name in SUBCOMMANDS.items():
+    for module_name in SUBCOMMANDS.values():
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:

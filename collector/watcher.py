@@ -13,7 +13,7 @@ import time
 import traceback
 import weakref
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Any
 
@@ -44,9 +44,17 @@ class Session:
     """One recorded run: the buffer the loop appends to and the monitor that drains it."""
 
     def __init__(
-        self, loader: Any, db: str, name: str, rates: Rates, tags: dict[str, Any], **monitor_kwargs: Any
+        self,
+        loader: Any,
+        db: str,
+        name: str,
+        rates: Rates,
+        tags: dict[str, Any],
+        iterate: Callable[[Any], Iterator[Any]] = iter,
+        **monitor_kwargs: Any,
     ) -> None:
         self.loader = loader
+        self._iterate = iterate  # `collector run` passes DataLoader's original __iter__
         self.shared = Shared(
             records=deque(maxlen=BUFFER_RECORDS),
             epoch_events=deque(maxlen=100_000),
@@ -93,7 +101,7 @@ class Session:
         loader = self.loader
         workers = getattr(loader, "num_workers", 0)
         if not workers or getattr(loader, "_iterator", None) is not None or not hasattr(loader, "worker_init_fn"):
-            return iter(loader)
+            return self._iterate(loader)
         # Fresh worker processes start in iter(): hand them the timing hook for
         # this call only, so the user's loader keeps its own worker_init_fn.
         # See NOTE [ Worker timing ].
@@ -103,7 +111,7 @@ class Session:
         original = loader.worker_init_fn
         loader.worker_init_fn = WorkerHook(self.shared.fetch_queue, original)
         try:
-            return iter(loader)
+            return self._iterate(loader)
         finally:
             loader.worker_init_fn = original
 

@@ -1,0 +1,62 @@
+"""What a diagnosis returns: symptoms with evidence, suggestions with expected speed-up."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+VERDICTS = ("input-bound", "partly-input-bound", "not-input-bound", "insufficient-data")
+SEVERITIES = ("low", "medium", "high")
+
+
+@dataclass(frozen=True)
+class Symptom:
+    """One named problem, with the numbers that show it."""
+
+    id: str  # stable id, e.g. "input_bound"; see docs/report.md
+    severity: str  # low | medium | high
+    evidence: str  # one sentence with the numbers, for people
+    confidence: float  # 0..1
+    metrics: dict[str, Any] = field(default_factory=dict)  # the numbers behind the evidence
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """A concrete DataLoader setting to change, and what it should buy."""
+
+    parameter: str  # "num_workers", "pin_memory", "prefetch_factor", "persistent_workers", ...
+    current: Any
+    suggested: Any
+    reason: str
+    expected_speedup: float | None  # throughput after / before; None if not modelled
+    rule_of_thumb: Any = None  # the sources' static rule, shown beside the measured answer
+
+
+@dataclass(frozen=True)
+class Report:
+    """The diagnosis of one run; ``to_dict`` is the documented JSON contract."""
+
+    run: dict[str, Any]
+    summary: dict[str, Any]
+    verdict: str
+    symptoms: tuple[Symptom, ...] = ()
+    suggestions: tuple[Suggestion, ...] = ()
+    notes: tuple[str, ...] = ()  # things worth saying that are not symptoms
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run": self.run,
+            "summary": self.summary,
+            "verdict": self.verdict,
+            "symptoms": [asdict(s) for s in self.symptoms],
+            "suggestions": [asdict(s) for s in self.suggestions],
+            "notes": list(self.notes),
+        }
+
+    def code_change(self) -> str | None:
+        """The suggestions as a line to paste, e.g. ``DataLoader(..., num_workers=6, pin_memory=True)``."""
+        args = [f"{s.parameter}={s.suggested!r}" for s in self.suggestions if s.parameter in LOADER_ARGS]
+        return f"DataLoader(..., {', '.join(args)})" if args else None
+
+
+LOADER_ARGS = ("batch_size", "num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "shuffle")
