@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 # NOTE [ Private iterator state ]
@@ -20,20 +21,30 @@ class Probe:
     """Reads depth before ``next()`` and learns which worker served each batch."""
 
     def __init__(self, iterator: Any) -> None:
-        self._it = iterator
+        # NOTE [ No reference cycle ]
+        # The probe lives on the iterator, so it must hold it weakly, and the
+        # wrapper calls the class's _process_data, not a bound method: a cycle
+        # would leave the iterator to the cycle collector, which may finalise
+        # its index queues before __del__ sends the workers their stop signal,
+        # and every worker join then times out (5 s each).
+        self._it = weakref.ref(iterator)
         self.workers = int(iterator._num_workers)
         self.capacity = int(iterator._prefetch_factor) * self.workers
         self.incarnation = -1
         self.counts = [0] * self.workers
         self.last: tuple[int, int] | None = None
-        original = iterator._process_data
+        original = type(iterator)._process_data
         counts = self.counts
+        it_ref = self._it
+        probe_ref = weakref.ref(self)
 
         def process_data(data: Any, worker_idx: int) -> Any:
             seq = counts[worker_idx]
             counts[worker_idx] = seq + 1
-            self.last = (worker_idx, seq)
-            return original(data, worker_idx)
+            probe = probe_ref()
+            if probe is not None:
+                probe.last = (worker_idx, seq)
+            return original(it_ref(), data, worker_idx)
 
         iterator._process_data = process_data
 
@@ -45,7 +56,7 @@ class Probe:
 
     def depth(self) -> tuple[int | None, int | None]:
         """(ready, in_flight) right now; (None, None) if torch's internals moved."""
-        it = self._it
+        it = self._it()
         try:
             in_flight = it._send_idx - it._rcvd_idx
             ready = it._data_queue.qsize() + len(it._task_info) - it._tasks_outstanding
@@ -55,7 +66,7 @@ class Probe:
 
     def worker_pids(self) -> list[int]:
         try:
-            return [int(w.pid) for w in self._it._workers]
+            return [int(w.pid) for w in self._it()._workers]
         except (AttributeError, TypeError):
             return []
 

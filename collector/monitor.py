@@ -199,7 +199,7 @@ class Monitor(threading.Thread):
             if now >= due["devices"]:
                 self._nvml.refresh_devices()
                 due["devices"] = now + DEVICE_REFRESH_INTERVAL_S
-            self._rows["gpu_samples"].extend(astuple(g) for g in self._nvml.sample(wall))
+            self._rows["gpu_samples"].extend((self.run_id, *astuple(g)) for g in self._nvml.sample(wall))
             due["gpu"] = now + 1.0 / self.rates.gpu_hz
         if self._host is not None and now >= due["host"]:
             self._sample_host(wall, detail=now >= due["detail"])

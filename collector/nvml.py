@@ -115,31 +115,35 @@ class Nvml:
                 for ts, util in buffered:
                     samples.append(GpuSample(ts, index, util, used, total, power_w))
                 continue
+            if buffered is not None:  # the buffer works but holds nothing new yet
+                samples.append(GpuSample(now, index, None, used, total, power_w))
+                continue
             rates = self._call(self._nv.nvmlDeviceGetUtilizationRates, handle)
             util = None if rates is None else float(rates.gpu)
             samples.append(GpuSample(now, index, util, used, total, power_w))
         return samples
 
-    def _buffered_util(self, index: int, handle: Any) -> list[tuple[float, float]]:
+    def _buffered_util(self, index: int, handle: Any) -> list[tuple[float, float]] | None:
+        """New (ts, util_pct) samples; None when the buffer is unsupported (use rates)."""
         # NOTE [ NVML samples ]
         # nvmlDeviceGetSamples returns the driver's ring buffer of utilisation
         # samples newer than a timestamp (microseconds). Its period (about
         # 1/6 s on many GPUs) decides whether a short sawtooth can be seen at
         # all; keeping every sample is the finest view NVML offers.
         if not self._use_samples:
-            return []
+            return None
         nv = self._nv
         try:
             _, raw = nv.nvmlDeviceGetSamples(handle, nv.NVML_GPU_UTILIZATION_SAMPLES, self._last_seen_us.get(index, 0))
         except nv.NVMLError_NotSupported:
             self._use_samples = False
-            return []
+            return None
         except nv.NVMLError_NotFound:
             return []
         except Exception as exc:  # noqa: BLE001 - any other NVML error: fall back to rates
             self._warn("nvml-samples", f"NVML sample buffer failed ({exc}); using utilisation rates")
             self._use_samples = False
-            return []
+            return None
         out = []
         last = self._last_seen_us.get(index, 0)
         for s in raw:

@@ -1,0 +1,165 @@
+"""Background sampling: NVML (fake and missing), psutil faults, and CUDA idle from events."""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+import psutil
+import pytest
+from conftest import FakeNvml, collector_messages, query
+from fixture_datasets import SlowDataset
+from torch.utils.data import DataLoader
+
+import collector
+from collector import cuda_idle
+from collector.cuda_idle import IdleResolver
+from collector.host import HostSampler
+from collector.nvml import Nvml
+from collector.store.reader import Reader
+
+
+def nvml_factory(fake):
+    return lambda warn: Nvml(warn, pynvml=fake)
+
+
+def test_fake_nvml_keeps_every_buffered_sample_with_memory_and_power(db_path, fake_nvml):
+    for i in range(5):
+        fake_nvml.push(0, 1_000_000 + i * 166_000, 30 + i * 10)
+    fake_nvml.push(1, 1_000_000, 99)
+    with collector.watch([1, 2], db=db_path, host_hz=0, nvml_factory=nvml_factory(fake_nvml)) as watched:
+        list(watched)
+        run_id = watched.run_id
+    rows = query(db_path, "SELECT gpu, ts, util_pct, mem_used_bytes, mem_total_bytes, power_w FROM gpu_samples")
+    gpu0 = [r for r in rows if r[0] == 0]
+    utils = [r[2] for r in gpu0 if r[2] is not None]
+    assert utils == [30.0, 40.0, 50.0, 60.0, 70.0]  # each kept once, in order; no new sample is NULL
+    assert gpu0[0][1] == pytest.approx(1.0) and gpu0[1][1] == pytest.approx(1.166)
+    assert {r[3] for r in rows if r[0] == 1} == {2 * 2**30}
+    assert all(r[4] == 80 * 2**30 and r[5] == 250.0 for r in rows)
+    gpus = Reader(db_path).run(run_id)["host"]["gpus"]
+    assert [g["name"] for g in gpus] == ["Fake H200", "Fake H200"] and gpus[0]["driver"] == "550.54.15"
+
+
+def test_utilisation_rates_are_the_fallback_without_a_sample_buffer(db_path):
+    fake = FakeNvml(gpus=1, samples=False)
+    with collector.watch([1], db=db_path, host_hz=0, nvml_factory=nvml_factory(fake)) as watched:
+        list(watched)
+    assert {r[0] for r in query(db_path, "SELECT util_pct FROM gpu_samples")} == {42.0}
+
+
+def test_no_nvml_gives_one_warning_and_no_gpu_rows(db_path, collector_warnings):
+    fake = FakeNvml(init_error=OSError("libnvidia-ml.so.1: cannot open shared object file"))
+    watched = collector.watch(DataLoader(SlowDataset(6), batch_size=2), db=db_path, host_hz=0, nvml_factory=nvml_factory(fake))
+    with watched:
+        for _ in range(3):
+            list(watched)
+    messages = collector_messages(collector_warnings)
+    assert len(messages) == 1 and "NVML is not available" in messages[0] and "nvidia-ml-py" in messages[0]
+    assert query(db_path, "SELECT COUNT(*) FROM gpu_samples") == [(0,)]
+    assert query(db_path, "SELECT COUNT(*) FROM batches") == [(9,)]
+    assert Reader(db_path).run("latest")["host"].get("gpus", []) == []
+
+
+def test_nvml_failing_mid_run_nulls_memory_and_warns_once(collector_warnings):
+    fake = FakeNvml(gpus=1, samples=False)
+    fake.fail_memory_after = 1
+    warned = []
+    nvml = Nvml(lambda key, msg: warned.append(key), pynvml=fake)
+    first = nvml.sample(1.0)
+    later = [nvml.sample(2.0 + i) for i in range(3)]
+    assert first[0].mem_used_bytes == 2**30
+    assert all(s[0].mem_used_bytes is None and s[0].util_pct == 42.0 for s in later)
+    assert set(warned) == {"nvml-nvmlDeviceGetMemoryInfo"}
+
+
+class DeniedProcess:
+    def __init__(self, pid):
+        raise psutil.AccessDenied(pid)
+
+
+def test_access_denied_on_processes_nulls_their_fields(collector_warnings):
+    fake_psutil = SimpleNamespace(
+        cpu_percent=psutil.cpu_percent,
+        virtual_memory=psutil.virtual_memory,
+        disk_io_counters=lambda: None,
+        Process=DeniedProcess,
+        AccessDenied=psutil.AccessDenied,
+        NoSuchProcess=psutil.NoSuchProcess,
+    )
+    warned = []
+    sampler = HostSampler(lambda key, msg: warned.append(key), psutil=fake_psutil, main_pid=1)
+    procs = sampler.processes(10.0, {2: 0}, detail=True)
+    assert [(p.pid, p.role, p.cpu_pct, p.rss_bytes) for p in procs] == [(1, "main", None, None), (2, "worker", None, None)]
+    host = sampler.host(10.0)
+    assert host.mem_available_bytes > 0 and host.disk_read_bps is None
+    assert warned.count("psutil-access") == 2
+
+
+def test_host_and_process_samples_are_recorded(db_path):
+    loader = DataLoader(SlowDataset(40, sleep_s=0.02), batch_size=2, num_workers=2)
+    with collector.watch(loader, db=db_path, gpu_hz=0, host_hz=20) as watched:
+        list(watched)
+        run_id = watched.run_id
+    reader = Reader(db_path)
+    host = reader.host_samples(run_id)
+    assert len(host) >= 3 and host.mem_available_bytes.min() > 0
+    assert all(len(cores) == psutil.cpu_count() for cores in host.per_core_pct)
+    procs = reader.proc_samples(run_id)
+    assert set(procs.role) == {"main", "worker"}
+    assert set(procs[procs.role == "worker"].worker_id) <= {0, 1}
+    assert procs.uss_bytes.notna().any()  # the first detailed sample
+
+
+class FakeGpu:
+    """A GPU clock for fake CUDA events: work queued by the step keeps it busy."""
+
+    busy_until = 0.0
+
+
+class FakeEvent:
+    def __init__(self):
+        self.at = None
+
+    def record(self):
+        self.at = max(time.perf_counter(), FakeGpu.busy_until)
+
+    def query(self):
+        return self.at is not None and time.perf_counter() >= self.at
+
+    def elapsed_time(self, other):  # in milliseconds, like torch.cuda.Event
+        return (other.at - self.at) * 1000.0
+
+
+def test_gpu_idle_during_waits_comes_from_events_without_sync(db_path, monkeypatch):
+    monkeypatch.setattr(cuda_idle, "cuda_active", lambda: True)
+    monkeypatch.setattr(cuda_idle, "torch_event", FakeEvent)
+    loader = DataLoader(SlowDataset(6, sleep_s=0.03), batch_size=1)
+    with collector.watch(loader, db=db_path, gpu_hz=0, host_hz=0) as watched:
+        for _ in watched:
+            FakeGpu.busy_until = time.perf_counter() + 0.01  # the step queued 10 ms of kernels
+        run_id = watched.run_id
+    idle = Reader(db_path).batches(run_id).gpu_idle_s
+    # the first wait starts with an idle GPU; later ones overlap 10 ms of queued work
+    assert idle.iloc[0] >= 0.028
+    assert all(0.012 <= v <= 0.05 for v in idle.iloc[1:])
+
+
+def test_idle_resolver_waits_for_the_gpu_and_gives_up_on_stale_pairs():
+    class Pending:
+        done = False
+
+        def query(self):
+            return self.done
+
+        def elapsed_time(self, other):
+            return 5.0
+
+    resolver = IdleResolver()
+    first, second = Pending(), Pending()
+    resolver.add("a", first, first, t_ns=0)
+    resolver.add("b", second, second, t_ns=0)
+    assert resolver.resolve(now_ns=1) == []
+    first.done = True
+    assert resolver.resolve(now_ns=2) == [("a", 0.005)]
+    assert resolver.resolve(now_ns=10**12) == [("b", None)]

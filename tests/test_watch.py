@@ -1,0 +1,173 @@
+"""watch(): the loop sees exactly what it saw before, and each batch's timing lands in SQLite."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+from conftest import query
+from fixture_datasets import FailingDataset, SlowDataset
+from torch.utils.data import DataLoader, DistributedSampler
+
+import collector
+from collector.store.reader import Reader
+
+
+def quiet(loader, db_path, **kwargs):
+    return collector.watch(loader, db=db_path, gpu_hz=0, host_hz=0, **kwargs)
+
+
+def test_wait_and_step_times_match_known_sleeps(db_path):
+    loader = DataLoader(SlowDataset(12, sleep_s=0.03), batch_size=1)
+    with quiet(loader, db_path, run="sleepy") as watched:
+        for _ in watched:
+            time.sleep(0.01)
+        run_id = watched.run_id
+    batches = Reader(db_path).batches(run_id)
+    assert len(batches) == 12
+    assert 0.028 <= batches.wait_s.median() <= 0.06
+    assert 0.009 <= batches.step_s.median() <= 0.03
+    assert batches.step_s.isna().sum() == 1  # the first batch of the epoch has no step before it
+    assert batches.ready.isna().all() and batches.worker_id.isna().all()
+
+
+def test_same_batches_same_order_and_loader_attributes(db_path):
+    dataset = SlowDataset(40)
+    plain = DataLoader(dataset, batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(7))
+    wrapped_loader = DataLoader(dataset, batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(7))
+    with quiet(wrapped_loader, db_path) as watched:
+        assert len(watched) == len(plain) == 10
+        assert watched.dataset is dataset and watched.batch_size == 4
+        assert watched.sampler is wrapped_loader.sampler
+        for _ in range(2):
+            expected = [b.tolist() for b in plain]
+            assert [b.tolist() for b in watched] == expected
+
+
+def test_sampler_set_epoch_reaches_the_original_sampler(db_path):
+    dataset = SlowDataset(16)
+    sampler = DistributedSampler(dataset, num_replicas=2, rank=0, shuffle=True, seed=3)
+    with quiet(DataLoader(dataset, batch_size=2, sampler=sampler), db_path) as watched:
+        watched.sampler.set_epoch(5)
+        assert sampler.epoch == 5
+        assert len(list(watched)) == 4
+
+
+def test_plain_iterable_is_recorded_with_null_queue_and_worker_fields(db_path):
+    with quiet([10, 20, 30], db_path) as watched:
+        assert list(watched) == [10, 20, 30]
+        assert len(watched) == 3
+        run_id = watched.run_id
+    rows = query(db_path, "SELECT idx, ready, in_flight, worker_id, samples FROM batches WHERE run_id=?", (run_id,))
+    assert [r[0] for r in rows] == [0, 1, 2]
+    assert all(r[1] is None and r[2] is None and r[3] is None for r in rows)
+    run = Reader(db_path).run(run_id)
+    assert run["status"] == "completed" and run["config"]["loader"] == "list"
+
+
+def test_dataset_exception_reaches_the_loop_unchanged_and_marks_the_run_crashed(db_path):
+    watched = quiet(DataLoader(FailingDataset(10, bad_index=3), batch_size=1), db_path)
+    seen = []
+    with pytest.raises(ValueError, match="corrupt sample 3"):
+        for batch in watched:
+            seen.append(int(batch))
+    watched.close()
+    assert seen == [0, 1, 2]
+    run = Reader(db_path).run(watched.run_id)
+    assert run["status"] == "crashed"
+    assert "ValueError: corrupt sample 3" in run["error"]
+
+
+def test_keyboard_interrupt_marks_the_run_interrupted(db_path):
+    watched = quiet(DataLoader(SlowDataset(10), batch_size=1), db_path)
+    with pytest.raises(KeyboardInterrupt), watched:
+        for _ in watched:
+            raise KeyboardInterrupt
+    assert Reader(db_path).run(watched.run_id)["status"] == "interrupted"
+
+
+def test_breaking_out_of_an_epoch_is_not_a_crash(db_path):
+    with quiet(DataLoader(SlowDataset(20), batch_size=2), db_path) as watched:
+        for i, _ in enumerate(watched):
+            if i == 2:
+                break
+        assert len(list(watched)) == 10
+        run_id = watched.run_id
+    epochs = Reader(db_path).epochs(run_id)
+    assert epochs.batches.tolist() == [3, 10]
+    assert Reader(db_path).run(run_id)["status"] == "completed"
+
+
+def test_epochs_record_first_batch_latency_and_bounds(db_path):
+    with quiet(DataLoader(SlowDataset(6, sleep_s=0.02), batch_size=3), db_path) as watched:
+        for _ in range(2):
+            list(watched)
+        run_id = watched.run_id
+    epochs = Reader(db_path).epochs(run_id)
+    assert epochs.epoch.tolist() == [0, 1]
+    assert (epochs.first_batch_s >= 0.05).all()
+    assert (epochs.ended_at > epochs.started_at).all()
+
+
+def test_batch_size_bytes_and_pinning_are_recorded(db_path):
+    loader = DataLoader(SlowDataset(8), batch_size=4)
+    with quiet(loader, db_path) as watched:
+        list(watched)
+        run_id = watched.run_id
+    rows = query(db_path, "SELECT samples, nbytes, pinned FROM batches WHERE run_id=?", (run_id,))
+    assert rows == [(4, 16, 0), (4, 16, 0)]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "fix"),
+    [
+        ({"loader": 42}, TypeError, "pass the DataLoader itself"),
+        ({"loader": [1], "gpu_hz": -1}, ValueError, "gpu_hz must be a number >= 0"),
+        ({"loader": [1], "host_hz": -0.5}, ValueError, "host_hz must be a number >= 0"),
+        ({"loader": [1], "run": ""}, ValueError, "non-empty string"),
+    ],
+)
+def test_bad_arguments_raise_at_once_saying_how_to_fix(kwargs, error, fix, db_path):
+    loader = kwargs.pop("loader")
+    with pytest.raises(error, match=fix):
+        collector.watch(loader, db=db_path, **kwargs)
+
+
+def test_db_that_is_a_directory_is_rejected(tmp_path):
+    with pytest.raises(ValueError, match="is a directory: pass a file path"):
+        collector.watch([1], db=tmp_path)
+
+
+def test_db_defaults_to_env_var_then_working_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with quiet([1], None) as watched:
+        list(watched)
+    assert (tmp_path / "stallwatch.sqlite").exists()
+    monkeypatch.setenv("STALLWATCH_DB", str(tmp_path / "env.sqlite"))
+    with quiet([1], None) as watched:
+        list(watched)
+    assert (tmp_path / "env.sqlite").exists()
+
+
+def test_run_metadata_records_config_host_versions_and_rank(db_path, monkeypatch):
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    loader = DataLoader(SlowDataset(4), batch_size=2, shuffle=True, drop_last=True)
+    with quiet(loader, db_path, run="meta") as watched:
+        list(watched)
+        run_id = watched.run_id
+    run = Reader(db_path).run("meta")
+    assert run["id"] == run_id and (run["rank"], run["world_size"]) == (1, 4)
+    assert run["config"]["batch_size"] == 2 and run["config"]["shuffle"] is True
+    assert run["config"]["drop_last"] is True and run["config"]["dataset"] == "SlowDataset"
+    assert run["host"]["usable_cores"] >= 1 and run["host"]["ram_bytes"] > 0
+    assert run["versions"]["torch"] == torch.__version__
+    assert run["pid"] > 0 and run["hostname"] and run["ended_at"] >= run["started_at"]
+
+
+def test_generated_run_names_are_readable(db_path):
+    with quiet([1], db_path) as watched:
+        list(watched)
+    name = Reader(db_path).run("latest")["name"]
+    assert name.count("-") == 2 and name.split("-")[0].isalpha()
