@@ -53,6 +53,8 @@ def _collect(obj: Any, tensor_type: type, out: list[Any], depth: int) -> None:
 
 
 def _len(batch: Any) -> int | None:
+    if not hasattr(batch, "__len__"):
+        return None
     try:
         return len(batch)
     except TypeError:

@@ -62,7 +62,7 @@ class RunStart:
 class Shared:
     """What the training thread hands over: appended there, drained here."""
 
-    records: deque[tuple[Any, ...]]
+    records: dict[str, deque[tuple[Any, ...]]]  # shape -> records; see NOTE [ Record shapes ]
     epoch_events: deque[tuple[Any, ...]]
     resolver: IdleResolver
     stride: list[int]  # describe every stride-th batch; see NOTE [ Batch size sampling ]
@@ -101,10 +101,11 @@ class Monitor(threading.Thread):
         self.run_id: int | None = None
         self.warned: dict[str, str] = {}
         self._warnings_dirty = False
-        self.dropped = 0
-        self._last_n = -1
+        self._max_n = -1  # highest record number seen
+        self._drained = 0  # records taken off the buffers
+        self._unwritten = 0  # drained, then lost to a failed write or a missing file
         self._store: Store | None = None
-        self._batch_sql = ""
+        self._batch_sql: dict[str, str] = {}
         self._fetch_sql = ""
         self._epochs: dict[int, list[Any]] = {}
         self._dirty_epochs: set[int] = set()
@@ -172,7 +173,9 @@ class Monitor(threading.Thread):
                 self._store.close()
             self._store = None
             return
-        self._batch_sql = batch_insert_sql(self.run_id, self.wall0, self.perf0)
+        self._batch_sql = {
+            shape: batch_insert_sql(self.run_id, self.wall0, self.perf0, shape) for shape in self.shared.records
+        }
         self._fetch_sql = fetch_insert_sql(self.run_id)
         if self.rates.gpu_hz > 0:
             self._nvml = self._nvml_factory(self.warn)
@@ -227,17 +230,24 @@ class Monitor(threading.Thread):
         for p in self._host.processes(wall, self._workers, detail):
             self._rows["proc_samples"].append((self.run_id, *astuple(p)))
 
-    def _drain_records(self) -> list[tuple[Any, ...]]:
-        records = self.shared.records
-        chunk = [records.popleft() for _ in range(len(records))]
-        if chunk:
-            # The deque drops its oldest records when full, so a gap can only
-            # sit before the first record we drain. See NOTE [ Bounded buffer ].
-            first = chunk[0][0]
-            if first > self._last_n + 1:
-                self.dropped += first - self._last_n - 1
-            self._last_n = chunk[-1][0]
-        return chunk
+    @property
+    def dropped(self) -> int:
+        """Records lost so far: overwritten in a full buffer, or never written."""
+        # See NOTE [ Bounded buffer ]: every number up to the highest seen was
+        # either drained or pushed out of a full deque. A record appended to
+        # one deque while another is drained may read as dropped for one
+        # flush; the count corrects itself at the next.
+        return max(0, self._max_n + 1 - self._drained) + self._unwritten
+
+    def _drain_records(self) -> dict[str, list[tuple[Any, ...]]]:
+        chunks = {}
+        for shape, records in self.shared.records.items():
+            chunk = [records.popleft() for _ in range(len(records))]
+            if chunk:
+                self._drained += len(chunk)
+                self._max_n = max(self._max_n, chunk[-1][0])
+            chunks[shape] = chunk
+        return chunks
 
     def _drain_epochs(self, wall_of: Callable[[int], float]) -> None:
         events = self.shared.epoch_events
@@ -271,13 +281,14 @@ class Monitor(threading.Thread):
         def wall_of(t_ns: int) -> float:
             return self.wall0 + (t_ns - self.perf0) / 1e9
 
-        records = self._drain_records()
+        chunks = self._drain_records()
         self._drain_epochs(wall_of)
         fetches = self._drain_fetches()
         idle = self.shared.resolver.resolve(self._mono_ns())
-        self._adapt_stride(records)
+        self._adapt_stride(max(chunks.values(), key=len, default=[]))
+        drained = sum(len(chunk) for chunk in chunks.values())
         if self._store is None or self.run_id is None:
-            self.dropped += len(records)
+            self._unwritten += drained
             for rows in self._rows.values():
                 rows.clear()
             return
@@ -299,7 +310,7 @@ class Monitor(threading.Thread):
                 if error is not None:
                     update["error"] = error
         statements = [
-            (self._batch_sql, records),
+            *((self._batch_sql[shape], chunk) for shape, chunk in chunks.items() if chunk),
             (self._fetch_sql, fetches),
             (GPU_IDLE_UPDATE, [(s, self.run_id, key[0], key[1]) for key, s in idle]),
         ]
@@ -308,7 +319,7 @@ class Monitor(threading.Thread):
         try:
             self._store.write(rows, epochs=epochs, run_update=update, run_id=self.run_id, statements=statements)
         except sqlite3.Error:
-            self.dropped += len(records)
+            self._unwritten += drained
             raise
         self._dirty_epochs.clear()
 

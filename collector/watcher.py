@@ -18,7 +18,7 @@ from types import TracebackType
 from typing import Any
 
 from collector import cuda_idle, loader_probe
-from collector.batchinfo import NO_INFO, describe_batch
+from collector.batchinfo import describe_batch
 from collector.cuda_idle import IdleResolver
 from collector.host import host_facts
 from collector.monitor import Monitor, Rates, RunStart, Shared
@@ -56,7 +56,7 @@ class Session:
         self.loader = loader
         self._iterate = iterate  # `collector run` passes DataLoader's original __iter__
         self.shared = Shared(
-            records=deque(maxlen=BUFFER_RECORDS),
+            records={shape: deque(maxlen=BUFFER_RECORDS) for shape in ("fast", "queue", "rich")},
             epoch_events=deque(maxlen=100_000),
             resolver=IdleResolver(),
             stride=[1],
@@ -122,7 +122,8 @@ class Session:
     # CPU; the full loop adds queue depth, worker ids and CUDA events.
 
     def _plain_loop(self, it: Iterator[Any], epoch: int, t_start: int) -> Iterator[Any]:
-        append = self.shared.records.append
+        append_fast = self.shared.records["fast"].append
+        append_rich = self.shared.records["rich"].append
         counter = self._counter
         stride = self.shared.stride
         clock = time.perf_counter_ns
@@ -137,8 +138,10 @@ class Session:
                 except StopIteration:
                     return
                 t1 = clock()
-                info = describe_batch(batch) if idx % stride[0] == 0 else NO_INFO
-                append((next(counter), epoch, idx, t0, t1, prev, *NO_QUEUE, *info))
+                if idx % stride[0]:  # See NOTE [ Record shapes ] in collector/store/writer.py
+                    append_fast((next(counter), epoch, idx, t0, t1, prev))
+                else:
+                    append_rich((next(counter), epoch, idx, t0, t1, prev, *NO_QUEUE, *describe_batch(batch)))
                 if idx == 0:
                     self.shared.epoch_events.append(("first", epoch, t_start, t1))
                 prev = t1
@@ -155,7 +158,8 @@ class Session:
     def _full_loop(
         self, it: Iterator[Any], epoch: int, t_start: int, probe: loader_probe.Probe | None, cuda: bool
     ) -> Iterator[Any]:
-        append = self.shared.records.append
+        append_queue = self.shared.records["queue"].append
+        append_rich = self.shared.records["rich"].append
         counter = self._counter
         stride = self.shared.stride
         clock = time.perf_counter_ns
@@ -188,8 +192,12 @@ class Session:
                 else:
                     w, seq = last
                     worker = (w, pids[w] if w < len(pids) else None, incarnation, seq)
-                info = describe_batch(batch) if idx % stride[0] == 0 else NO_INFO
-                append((next(counter), epoch, idx, t0, t1, prev, ready, in_flight, *worker, *info))
+                if idx % stride[0]:
+                    append_queue((next(counter), epoch, idx, t0, t1, prev, ready, in_flight, *worker))
+                else:
+                    append_rich(
+                        (next(counter), epoch, idx, t0, t1, prev, ready, in_flight, *worker, *describe_batch(batch))
+                    )
                 if idx == 0:
                     self.shared.epoch_events.append(("first", epoch, t_start, t1))
                 prev = t1

@@ -9,14 +9,14 @@ from collector.demo import run_demo
 from collector.store.reader import Reader
 
 
-def test_demo_starved_records_a_completed_run_that_mostly_waits(db_path):
+def test_demo_starved_records_a_completed_run_that_waits_for_each_batch(db_path):
     run_id = run_demo(db_path, seconds=2.0, scenario="starved")
     reader = Reader(db_path)
     run = reader.run(run_id)
     batches = reader.batches(run_id)
     assert run["status"] == "completed" and run["tags"] == {"demo": "starved"}
-    assert len(batches) >= 20
-    assert batches.wait_s.sum() > 1.5 * batches.step_s.sum()
+    assert len(batches) >= 10
+    assert batches.wait_s.median() >= 0.030  # 16 samples x 2 ms of "storage" per batch, in the loop's own process
 
 
 def test_demo_healthy_barely_waits(db_path):

@@ -127,15 +127,16 @@ def test_locked_database_mid_run_loses_records_not_training(db_path, collector_w
 
 
 def test_writer_falling_behind_drops_oldest_records_and_counts_them(db_path):
-    shared = Shared(records=deque(maxlen=10), epoch_events=deque(), resolver=None, stride=[1])  # type: ignore[arg-type]
+    records = {"fast": deque(maxlen=10), "queue": deque(maxlen=10), "rich": deque(maxlen=10)}
+    shared = Shared(records=records, epoch_events=deque(), resolver=None, stride=[1])  # type: ignore[arg-type]
     start = RunStart("drops", {}, {}, {}, "host", 1, "cmd", None, None)
     monitor = Monitor(db_path, start, shared, Rates(0, 0))
     for n in range(25):
-        shared.records.append((n, 0, n, n * 1000, n * 1000 + 10, None, *(None,) * 9))
-    chunk = monitor._drain_records()
-    assert [r[0] for r in chunk] == list(range(15, 25))
+        records["fast"].append((n, 0, n, n * 1000, n * 1000 + 10, None))
+    chunks = monitor._drain_records()
+    assert [r[0] for r in chunks["fast"]] == list(range(15, 25))
     assert monitor.dropped == 15
-    shared.records.append((30, 0, 30, 0, 1, None, *(None,) * 9))
+    records["rich"].append((30, 0, 30, 0, 1, None, *(None,) * 9))
     monitor._drain_records()
     assert monitor.dropped == 20
 

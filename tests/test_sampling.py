@@ -50,7 +50,9 @@ def test_utilisation_rates_are_the_fallback_without_a_sample_buffer(db_path):
 
 def test_no_nvml_gives_one_warning_and_no_gpu_rows(db_path, collector_warnings):
     fake = FakeNvml(init_error=OSError("libnvidia-ml.so.1: cannot open shared object file"))
-    watched = collector.watch(DataLoader(SlowDataset(6), batch_size=2), db=db_path, host_hz=0, nvml_factory=nvml_factory(fake))
+    watched = collector.watch(
+        DataLoader(SlowDataset(6), batch_size=2), db=db_path, host_hz=0, nvml_factory=nvml_factory(fake)
+    )
     with watched:
         for _ in range(3):
             list(watched)
@@ -90,7 +92,10 @@ def test_access_denied_on_processes_nulls_their_fields(collector_warnings):
     warned = []
     sampler = HostSampler(lambda key, msg: warned.append(key), psutil=fake_psutil, main_pid=1)
     procs = sampler.processes(10.0, {2: 0}, detail=True)
-    assert [(p.pid, p.role, p.cpu_pct, p.rss_bytes) for p in procs] == [(1, "main", None, None), (2, "worker", None, None)]
+    assert [(p.pid, p.role, p.cpu_pct, p.rss_bytes) for p in procs] == [
+        (1, "main", None, None),
+        (2, "worker", None, None),
+    ]
     host = sampler.host(10.0)
     assert host.mem_available_bytes > 0 and host.disk_read_bps is None
     assert warned.count("psutil-access") == 2

@@ -24,25 +24,53 @@ INSERTS = {
 }
 
 
-def batch_insert_sql(run_id: int, wall0_s: float, perf0_ns: int) -> str:
-    """INSERT for raw hot-path records; SQLite, not Python, turns clocks into columns.
+# NOTE [ Record shapes ]
+# Binding a None parameter costs Python's sqlite3 several times an int, and
+# binding holds the GIL the training thread needs. So each hot-path loop
+# builds the shortest tuple it can, and each shape has its own statement
+# with NULL written into the SQL for the fields it lacks:
+#   fast   (n, epoch, idx, t_request_ns, t_return_ns, t_prev_return_ns)
+#   queue  fast + (ready, in_flight, worker_id, worker_pid, worker_incarnation, worker_seq)
+#   rich   queue + (samples, nbytes, pinned)
+# ``n`` counts records for drop detection and is not stored.
+SHAPE_COLUMNS = {
+    "fast": (),
+    "queue": ("ready", "in_flight", "worker_id", "worker_pid", "worker_incarnation", "worker_seq"),
+    "rich": (
+        "ready",
+        "in_flight",
+        "worker_id",
+        "worker_pid",
+        "worker_incarnation",
+        "worker_seq",
+        "samples",
+        "nbytes",
+        "pinned",
+    ),
+}
 
-    A record is (n, epoch, idx, t_request_ns, t_return_ns, t_prev_return_ns,
-    ready, in_flight, worker_id, worker_pid, worker_incarnation, worker_seq,
-    samples, nbytes, pinned). ``n`` is the drop counter and is not stored.
-    """
+
+def batch_insert_sql(run_id: int, wall0_s: float, perf0_ns: int, shape: str = "rich") -> str:
+    """INSERT for raw hot-path records of one shape; SQLite, not Python, turns clocks into columns."""
     # NOTE [ Clocks in SQL ]
     # Binding the raw perf_counter_ns values and computing ts, wait_s and
-    # step_s in the statement keeps per-row Python work (which holds the GIL
-    # and so competes with the training thread) to parameter binding alone.
+    # step_s in the statement keeps per-row Python work to parameter binding.
     # The constants are our own int/float values, formatted with repr.
+    extra = SHAPE_COLUMNS[shape]
     ts = f"{float(wall0_s)!r} + (?5 - {int(perf0_ns)}) / 1e9"
-    return (
-        "INSERT OR REPLACE INTO batches (run_id, epoch, idx, ts, wait_s, step_s, ready, in_flight,"
-        " worker_id, worker_pid, worker_incarnation, worker_seq, samples, nbytes, pinned)"
-        f" VALUES ({int(run_id)}, ?2, ?3, {ts}, MAX(0.0, (?5 - ?4) / 1e9), MAX(0.0, (?4 - ?6) / 1e9),"
-        " ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"
+    columns = ", ".join(("run_id", "epoch", "idx", "ts", "wait_s", "step_s", *extra))
+    values = ", ".join(
+        (
+            str(int(run_id)),
+            "?2",
+            "?3",
+            ts,
+            "MAX(0.0, (?5 - ?4) / 1e9)",
+            "MAX(0.0, (?4 - ?6) / 1e9)",
+            *(f"?{7 + i}" for i in range(len(extra))),
+        )
     )
+    return f"INSERT OR REPLACE INTO batches ({columns}) VALUES ({values})"
 
 
 def fetch_insert_sql(run_id: int) -> str:
