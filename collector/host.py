@@ -116,6 +116,7 @@ class HostSampler:
 
 def host_facts() -> dict[str, Any]:
     """Cores (physical, logical, usable) and RAM, for the run's host record."""
+    usable: int | None
     try:
         usable = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):

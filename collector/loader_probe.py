@@ -56,7 +56,7 @@ class Probe:
 
     def depth(self) -> tuple[int | None, int | None]:
         """(ready, in_flight) right now; (None, None) if torch's internals moved."""
-        it = self._it()
+        it: Any = self._it()
         try:
             in_flight = it._send_idx - it._rcvd_idx
             ready = it._data_queue.qsize() + len(it._task_info) - it._tasks_outstanding
@@ -66,7 +66,8 @@ class Probe:
 
     def worker_pids(self) -> list[int]:
         try:
-            return [int(w.pid) for w in self._it()._workers]
+            it: Any = self._it()
+            return [int(w.pid) for w in it._workers]
         except (AttributeError, TypeError):
             return []
 

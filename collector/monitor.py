@@ -315,9 +315,9 @@ class Monitor(threading.Thread):
             (GPU_IDLE_UPDATE, [(s, self.run_id, key[0], key[1]) for key, s in idle]),
         ]
         epochs = [tuple(self._epochs[e]) for e in sorted(self._dirty_epochs)]
-        rows, self._rows = self._rows, {name: [] for name in self._rows}
+        samples, self._rows = self._rows, {name: [] for name in self._rows}
         try:
-            self._store.write(rows, epochs=epochs, run_update=update, run_id=self.run_id, statements=statements)
+            self._store.write(samples, epochs=epochs, run_update=update, run_id=self.run_id, statements=statements)
         except sqlite3.Error:
             self._unwritten += drained
             raise

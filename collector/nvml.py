@@ -119,8 +119,8 @@ class Nvml:
                 samples.append(GpuSample(now, index, None, used, total, power_w))
                 continue
             rates = self._call(self._nv.nvmlDeviceGetUtilizationRates, handle)
-            util = None if rates is None else float(rates.gpu)
-            samples.append(GpuSample(now, index, util, used, total, power_w))
+            rate_pct = None if rates is None else float(rates.gpu)
+            samples.append(GpuSample(now, index, rate_pct, used, total, power_w))
         return samples
 
     def _buffered_util(self, index: int, handle: Any) -> list[tuple[float, float]] | None:

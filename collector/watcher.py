@@ -187,6 +187,7 @@ class Session:
                     after.record()
                     resolver.add((epoch, idx), before, after, t1)
                 last = None if probe is None else probe.last
+                worker: tuple[int | None, int | None, int | None, int | None]
                 if last is None:
                     worker = (None, None, None, None)
                 else:

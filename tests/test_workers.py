@@ -101,3 +101,38 @@ def test_dropping_a_watched_loader_stops_its_workers_promptly(db_path):
     gc.collect()
     # a reference cycle through the probe once made each worker join time out (5 s each)
     assert time.monotonic() - started < 4.0
+
+
+class ForeignIterator:
+    """An iterator from a torch whose DataLoader internals look nothing like today's."""
+
+    def __init__(self, items):
+        self._items = iter(items)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return next(self._items)
+
+
+class ForeignLoader:
+    """Claims workers, but its iterator has none of the private fields the probe reads."""
+
+    num_workers = 2
+    batch_size = 1
+
+    def __iter__(self):
+        return ForeignIterator([1, 2, 3])
+
+    def __len__(self):
+        return 3
+
+
+def test_unknown_iterator_internals_degrade_to_null_queue_and_worker_fields(db_path):
+    with collector.watch(ForeignLoader(), db=db_path, gpu_hz=0, host_hz=0) as watched:
+        assert list(watched) == [1, 2, 3]
+        run_id = watched.run_id
+    batches = Reader(db_path).batches(run_id)
+    assert len(batches) == 3
+    assert batches.ready.isna().all() and batches.worker_id.isna().all()

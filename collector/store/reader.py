@@ -111,7 +111,9 @@ class Reader:
         """Every run, newest first, with JSON columns decoded and a derived ``state``."""
         df = self.frame("SELECT * FROM runs ORDER BY id DESC")
         for column in JSON_COLUMNS:
-            df[column] = [json.loads(v) if v else ({} if column != "warnings" else []) for v in df[column]]
+            df[column] = [
+                json.loads(v) if isinstance(v, str) and v else ({} if column != "warnings" else []) for v in df[column]
+            ]
         now = time.time()
         df["state"] = [
             run_state(s, h, hostname=hn, pid=p, now=now)

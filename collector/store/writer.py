@@ -6,7 +6,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -191,7 +191,7 @@ class Store:
 
     def write(
         self,
-        rows: dict[str, Iterable[Row]],
+        rows: Mapping[str, Iterable[Row]],
         epochs: Iterable[Row] = (),
         run_update: dict[str, Any] | None = None,
         run_id: int | None = None,
