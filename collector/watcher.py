@@ -237,6 +237,11 @@ class Session:
             queue.cancel_join_thread()
 
 
+def is_watched(loader: Any) -> bool:
+    """True while an open ``watch`` session records ``loader``."""
+    return any(session.loader is loader for session in list(_open_sessions))
+
+
 def _install_process_hooks() -> None:
     """Once per process: mark runs crashed on an uncaught exception, close them at exit."""
     global _hooks_installed

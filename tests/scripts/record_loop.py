@@ -14,7 +14,7 @@ import collector
 
 def main() -> None:
     db, run, batches, step_s = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
-    log = open(sys.argv[5], "w", buffering=1) if len(sys.argv) > 5 and sys.argv[5] != "-" else None
+    log = open(sys.argv[5], "w", buffering=1) if len(sys.argv) > 5 and sys.argv[5] != "-" else None  # noqa: SIM115 - lives as long as the loop
     raise_in_loop = "--raise-in-loop" in sys.argv
     source = range(batches) if batches else iter(int, 1)  # iter(int, 1) never ends
     watched = collector.watch(source, db=db, run=run, gpu_hz=0, host_hz=0)

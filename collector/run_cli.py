@@ -1,0 +1,168 @@
+"""``python -m collector run script.py [args...]``: record every DataLoader of an unmodified script."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import sys
+from types import TracebackType
+from typing import Any, TextIO
+
+from collector.errors import StallwatchError
+from collector.monitor import Rates
+
+EXIT_EXCEPTION = 1  # what Python itself exits with on an uncaught exception
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "run",
+        help="run a training script unchanged, recording every DataLoader in it, then print the verdict",
+        description="Run SCRIPT (or -m MODULE) as Python would, with every DataLoader iteration recorded "
+        "as if wrapped with watch(): one run per DataLoader, named after the file:line that created it. "
+        "The script's arguments, output, exceptions and exit code pass through unchanged; stallwatch "
+        "prints its verdict on stderr when the script ends. Options go before the script.",
+        usage="python -m collector run [--db DB] [--gpu-hz HZ] [--host-hz HZ] (SCRIPT | -m MODULE) [ARGS ...]",
+    )
+    parser.add_argument("--db", default=os.environ.get("STALLWATCH_DB", "stallwatch.sqlite"), help="SQLite file")
+    parser.add_argument("--gpu-hz", type=float, default=10.0, help="GPU samples per second (0: off)")
+    parser.add_argument("--host-hz", type=float, default=2.0, help="host and process samples per second (0: off)")
+    parser.add_argument("--no-verdict", action="store_true", help="do not print the verdict when the script ends")
+    parser.add_argument(
+        "-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE", help="run a module, as python -m does"
+    )
+    parser.add_argument("argv", nargs=argparse.REMAINDER, metavar="SCRIPT ARGS", help="the script and its arguments")
+    parser.set_defaults(handler=_main)
+
+
+def _main(args: argparse.Namespace) -> int:
+    from collector.autowatch import AutoWatch
+
+    if args.module is not None:
+        if not args.module:
+            raise StallwatchError("-m needs a module name, e.g. python -m collector run -m mypackage.train")
+        target, script_args, is_module = args.module[0], args.module[1:], True
+    elif args.argv:
+        target, script_args, is_module = args.argv[0], args.argv[1:], False
+        if not os.path.isfile(target):
+            raise StallwatchError(f"no file {target}: give the training script, e.g. python -m collector run train.py")
+    else:
+        raise StallwatchError("give a script to run: python -m collector run train.py [args...] (or -m package.module)")
+    if os.path.isdir(args.db):
+        raise StallwatchError(f"--db {args.db} is a directory; pass a file path")
+    try:
+        rates = Rates(gpu_hz=args.gpu_hz, host_hz=args.host_hz)
+    except ValueError as exc:
+        raise StallwatchError(str(exc)) from None
+    script = " ".join([("-m " if is_module else "") + target, *script_args])
+    auto = AutoWatch(os.path.abspath(args.db), rates, tags={"collector_run": script})
+    code, exit_request = run_script(target, script_args, is_module, auto)
+    if not args.no_verdict:
+        print_verdict(auto, args.db, sys.stderr)
+    if exit_request is not None:
+        raise exit_request  # the script's own sys.exit(...), code and message untouched
+    return code
+
+
+def run_script(target: str, argv: list[str], is_module: bool, auto: Any) -> tuple[int, SystemExit | None]:
+    """Run the script as ``python`` would, recorded; (exit code, the script's SystemExit if it raised one)."""
+    saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else None
+    sys.argv = [target, *argv]
+    if not is_module:
+        directory = os.path.dirname(os.path.abspath(target))
+        if sys.path:
+            sys.path[0] = directory  # as `python script.py` puts the script's directory first
+        else:
+            sys.path.insert(0, directory)
+    auto.install()
+    try:
+        if is_module:
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(target, run_name="__main__")
+    except SystemExit as exc:
+        return 0, exc
+    except KeyboardInterrupt:
+        auto.uninstall()
+        auto.close()
+        raise
+    except BaseException as exc:  # noqa: BLE001 - shown exactly as Python shows an uncaught exception
+        tb = _script_frames(exc.__traceback__)
+        sys.excepthook(type(exc), exc.with_traceback(tb), tb)  # also marks the runs crashed
+        return EXIT_EXCEPTION, None
+    finally:
+        auto.uninstall()
+        sys.argv = saved_argv
+        if saved_path0 is not None and sys.path:
+            sys.path[0] = saved_path0
+        auto.close()
+    return 0, None
+
+
+def _script_frames(tb: TracebackType | None) -> TracebackType | None:
+    """The traceback from the script's first frame on, as plain ``python script.py`` prints it."""
+    ours = {os.path.abspath(__file__), os.path.abspath(runpy.__file__)}
+    while tb is not None and (
+        os.path.abspath(tb.tb_frame.f_code.co_filename) in ours or tb.tb_frame.f_code.co_filename.startswith("<frozen")
+    ):
+        tb = tb.tb_next
+    return tb
+
+
+def print_verdict(auto: Any, db: str, out: TextIO) -> None:
+    """One block per recorded DataLoader: the diagnosis verdict, or batches and wait share."""
+    runs = auto.run_ids()
+    if not runs:
+        print("stallwatch: no DataLoader was iterated; nothing recorded", file=out)
+        return
+    print(f"\nstallwatch: {len(runs)} DataLoader(s) recorded in {db}", file=out)
+    for origin, run_id in runs:
+        if run_id is None:
+            print(f"  {origin}: not recorded (see the warning above)", file=out)
+            continue
+        head, *details = _verdict_lines(db, run_id)
+        print(f"  {origin} (run {run_id}): {head}", file=out)
+        for line in details:
+            print(f"      {line}", file=out)
+    first = next((run_id for _, run_id in runs if run_id is not None), None)
+    if first is not None:
+        print(f"  details: python -m collector report {db} --run {first}", file=out)
+
+
+def _verdict_lines(db: str, run_id: int) -> list[str]:
+    try:
+        import collector
+
+        diagnose = collector.diagnose
+    except (ImportError, AttributeError):
+        return [_summary(db, run_id)]
+    try:
+        report = diagnose(db, run_id)
+    except StallwatchError as exc:
+        return [f"no verdict: {exc}"]
+    except Exception as exc:  # noqa: BLE001 - the script already ran; a diagnosis bug must not hide its result
+        return [f"no verdict ({type(exc).__name__}: {exc}); {_summary(db, run_id)}"]
+    lines = [f"{report.verdict}; {_summary(db, run_id)}"]
+    lines += [f"{s.severity}: {s.evidence}" for s in report.symptoms[:3]]
+    change = report.code_change()
+    if change:
+        lines.append(f"try: {change}")
+    return lines
+
+
+def _summary(db: str, run_id: int) -> str:
+    from collector.store.reader import Reader
+
+    try:
+        totals = Reader(db).run_totals()
+    except StallwatchError as exc:
+        return f"cannot read {db}: {exc}"
+    row = totals[totals["run_id"] == run_id]
+    if row.empty:
+        return "0 batches"
+    batches = int(row["batches"].iloc[0])
+    wait, step = float(row["wait_s"].iloc[0] or 0.0), float(row["step_s"].iloc[0] or 0.0)
+    share = wait / (wait + step) if wait + step > 0 else None
+    waited = "" if share is None else f", waiting for data {share:.0%} of the loop"
+    return f"{batches} batches{waited}"

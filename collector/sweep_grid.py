@@ -1,0 +1,178 @@
+"""The settings a sweep may try: one DataLoader setting, and the grid the user narrows."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from dataclasses import dataclass, replace
+from typing import Any
+
+DEFAULT_PREFETCH = (2, 4)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """The DataLoader keyword arguments of one trial. ``batch_size=None``: the factory's own."""
+
+    num_workers: int
+    prefetch_factor: int | None = None  # None with num_workers=0: DataLoader refuses any other value
+    pin_memory: bool = False
+    persistent_workers: bool = False
+    batch_size: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.num_workers == 0 and (self.prefetch_factor is not None or self.persistent_workers):
+            raise ValueError("num_workers=0 takes no prefetch_factor and no persistent_workers: pass None and False")
+
+    def kwargs(self) -> dict[str, Any]:
+        """What the factory is called with; batch_size only when the sweep sets it."""
+        out: dict[str, Any] = {
+            "num_workers": self.num_workers,
+            "prefetch_factor": self.prefetch_factor,
+            "pin_memory": self.pin_memory,
+            "persistent_workers": self.persistent_workers,
+        }
+        if self.batch_size is not None:
+            out["batch_size"] = self.batch_size
+        return out
+
+    def code(self) -> str:
+        """The setting as a line to paste: ``DataLoader(..., num_workers=4, prefetch_factor=2, ...)``."""
+        args = [f"num_workers={self.num_workers}"]
+        if self.batch_size is not None:
+            args.insert(0, f"batch_size={self.batch_size}")
+        if self.num_workers:
+            args += [f"prefetch_factor={self.prefetch_factor}", f"persistent_workers={self.persistent_workers}"]
+        args.append(f"pin_memory={self.pin_memory}")
+        return f"DataLoader(..., {', '.join(args)})"
+
+    def others(self) -> str:
+        """Everything but num_workers, as a short label (one chart curve per label)."""
+        parts = [f"prefetch {self.prefetch_factor or '-'}", f"pin {'on' if self.pin_memory else 'off'}"]
+        parts.append(f"persistent {'on' if self.persistent_workers else 'off'}")
+        if self.batch_size is not None:
+            parts.append(f"batch {self.batch_size}")
+        return " · ".join(parts)
+
+    def cost(self) -> tuple[int, int, int, int]:
+        """Cheaper first: fewer workers, fewer batches held in memory, no pinned memory."""
+        held = self.num_workers * (self.prefetch_factor or 0)
+        return (self.num_workers, held, int(self.pin_memory), int(self.persistent_workers))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "num_workers": self.num_workers,
+            "prefetch_factor": self.prefetch_factor,
+            "pin_memory": self.pin_memory,
+            "persistent_workers": self.persistent_workers,
+            "batch_size": self.batch_size,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Setting:
+        workers = int(data["num_workers"])
+        return cls(
+            num_workers=workers,
+            prefetch_factor=_int_or_none(data.get("prefetch_factor")) if workers else None,
+            pin_memory=bool(data.get("pin_memory", False)),
+            persistent_workers=bool(data.get("persistent_workers", False)) if workers else False,
+            batch_size=_int_or_none(data.get("batch_size")),
+        )
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The values each setting may take. Axis order is the order the planner explores."""
+
+    workers: tuple[int, ...]
+    prefetch: tuple[int, ...] = DEFAULT_PREFETCH
+    pin_memory: tuple[bool, ...] = (False,)
+    persistent_workers: tuple[bool, ...] = (False, True)
+    batch_size: tuple[int | None, ...] = (None,)
+
+    def __post_init__(self) -> None:
+        for name in ("workers", "prefetch", "pin_memory", "persistent_workers", "batch_size"):
+            if not getattr(self, name):
+                raise ValueError(f"the grid needs at least one value for {name}")
+        if any(w < 0 for w in self.workers):
+            raise ValueError(f"num_workers must be >= 0, got {list(self.workers)}")
+        if any(p < 1 for p in self.prefetch):
+            raise ValueError(f"prefetch_factor must be >= 1, got {list(self.prefetch)}")
+        if any(b is not None and b < 1 for b in self.batch_size):
+            raise ValueError(f"batch_size must be >= 1, got {list(self.batch_size)}")
+        object.__setattr__(self, "workers", tuple(sorted(set(self.workers))))
+
+    def defaults(self) -> tuple[int, bool]:
+        """(prefetch_factor, persistent_workers) to start from: DataLoader's own where the grid holds them."""
+        prefetch = 2 if 2 in self.prefetch else self.prefetch[0]
+        persistent = False if False in self.persistent_workers else self.persistent_workers[0]
+        return prefetch, persistent
+
+    def with_workers(self, setting: Setting, workers: int) -> Setting:
+        """``setting`` with another worker count; leaving 0 workers restores the default prefetch."""
+        if workers == 0:
+            return replace(setting, num_workers=0, prefetch_factor=None, persistent_workers=False)
+        if setting.num_workers == 0:
+            prefetch, persistent = self.defaults()
+            return replace(setting, num_workers=workers, prefetch_factor=prefetch, persistent_workers=persistent)
+        return replace(setting, num_workers=workers)
+
+    def base(self) -> Setting:
+        """Where the sweep starts: the fewest workers, every other setting at its default."""
+        start = Setting(0, None, self.pin_memory[0], False, self.batch_size[0])
+        return self.with_workers(start, self.workers[0])
+
+    def settings(self) -> list[Setting]:
+        """Every distinct setting on the grid (num_workers=0 collapses prefetch and persistence)."""
+        seen: dict[Setting, None] = {}
+        for w, p, pin, pers, b in itertools.product(
+            self.workers, self.prefetch, self.pin_memory, self.persistent_workers, self.batch_size
+        ):
+            seen[Setting(w, p, pin, pers, b) if w else Setting(0, None, pin, False, b)] = None
+        return list(seen)
+
+
+def _int_or_none(value: Any) -> int | None:
+    """JSON or a DataFrame may hand back 2.0 or NaN for 2 or None."""
+    if value is None or value != value:  # NaN is the one value not equal to itself
+        return None
+    return int(value)
+
+
+def default_workers(cores: int | None = None) -> tuple[int, ...]:
+    """0, 1, 2, 4, ... up to twice the usable cores (more than cores can hide I/O latency)."""
+    if cores is None:
+        try:
+            cores = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            cores = os.cpu_count() or 1
+    top = min(2 * max(cores, 1), 64)
+    values = {0, 1, cores}
+    w = 2
+    while w <= top:
+        values.add(w)
+        w *= 2
+    return tuple(sorted(v for v in values if v <= top))
+
+
+def parse_ints(text: str, name: str) -> tuple[int, ...]:
+    """``"0,2,4"`` -> (0, 2, 4); a one-line error naming the flag otherwise."""
+    try:
+        values = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise ValueError(f"{name} takes whole numbers separated by commas, e.g. 0,2,4; got {text!r}") from None
+    if not values:
+        raise ValueError(f"{name} needs at least one value, e.g. 0,2,4")
+    return values
+
+
+def parse_bools(text: str, name: str) -> tuple[bool, ...]:
+    """``"false,true"`` -> (False, True); accepts true/false, on/off, yes/no, 1/0."""
+    truth = {"true": True, "on": True, "yes": True, "1": True, "false": False, "off": False, "no": False, "0": False}
+    out = []
+    for part in text.split(","):
+        key = part.strip().lower()
+        if key not in truth:
+            raise ValueError(f"{name} takes true/false values separated by commas, e.g. false,true; got {text!r}")
+        out.append(truth[key])
+    return tuple(dict.fromkeys(out))
