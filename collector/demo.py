@@ -109,6 +109,7 @@ def run_demo(
     from collector.watcher import watch
 
     spec = SCENARIOS[scenario]
+    torch.set_num_threads(1)  # the tiny model must not compete with the loader for cores
     loader = DataLoader(spec.make_dataset(), shuffle=True, **spec.loader_kwargs)
     model = torch.nn.Linear(256, 10)
     optimiser = torch.optim.SGD(model.parameters(), lr=0.01)
