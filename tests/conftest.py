@@ -138,3 +138,14 @@ class FakeNvml:
 @pytest.fixture
 def fake_nvml() -> FakeNvml:
     return FakeNvml()
+
+
+@pytest.fixture(autouse=True)
+def _restore_main_module() -> Iterator[None]:
+    """AppTest swaps sys.modules['__main__'] for the app script; spawn workers need the real one back."""
+    import sys
+
+    main = sys.modules.get("__main__")
+    yield
+    if main is not None:
+        sys.modules["__main__"] = main

@@ -1,0 +1,1 @@
+"""stallwatch's dashboard: ``streamlit run app`` from the repository root."""

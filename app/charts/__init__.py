@@ -1,0 +1,33 @@
+"""Chart builders: pure functions from DataFrames to plotly figures; none of them calls Streamlit."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
+    from app.run_data import RunViewData
+
+
+def build_run_figures(data: RunViewData) -> dict[str, go.Figure]:
+    """Every figure of the run view, by name."""
+    from app.charts import batches, host, timeline, workers
+    from app.run_data import busy_curve
+
+    origin = data.origin
+    env = data.batches.assign(t=data.batches["t"] - origin)
+    waits = None if data.waits is None else data.waits - origin
+    epochs = data.epochs["started_at"] - origin if not data.epochs.empty else None
+    return {
+        "utilisation": timeline.utilisation_figure(busy_curve(data), env, waits, epochs),
+        "wait_step": batches.wait_step_figure(env),
+        "queue": batches.queue_figure(env, data.headline.capacity),
+        "histogram": batches.histogram_figure(data.hist),
+        "cpu": host.cpu_heatmap_figure(data.host.assign(ts=data.host["ts"] - origin)),
+        "memory": host.memory_figure(
+            data.memory.assign(t=data.memory["t"] - origin),
+            data.mem_available.assign(ts=data.mem_available["ts"] - origin),
+        ),
+        "workers": workers.worker_figure(data.workers.assign(t=data.workers["t"] - origin)),
+    }

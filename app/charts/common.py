@@ -1,0 +1,76 @@
+"""Shared look of the charts: colours, layout, the min/max envelope as a line, an empty-chart placeholder."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+COLORS = {
+    "gpu": "#2b8a3e",
+    "loop": "#5c7cfa",
+    "wait": "#d9480f",
+    "wait_fill": "rgba(217, 72, 15, 0.18)",
+    "step": "#1c7ed6",
+    "ready": "#2b8a3e",
+    "in_flight": "#868e96",
+    "capacity": "#495057",
+    "epoch": "#adb5bd",
+    "main": "#1c7ed6",
+    "worker": "#e8590c",
+    "available": "#868e96",
+}
+SERIES = ("#1c7ed6", "#e8590c", "#2b8a3e", "#ae3ec9", "#f08c00", "#0c8599", "#c2255c", "#5c940d")
+TIME_AXIS = "time since the run started (s)"
+HEIGHT = 300
+
+
+def layout(fig: go.Figure, title: str, y_title: str, *, height: int = HEIGHT, x_title: str = TIME_AXIS) -> go.Figure:
+    fig.update_layout(
+        template="plotly_white",
+        title={"text": title, "x": 0.0, "xanchor": "left", "font": {"size": 15}},
+        height=height,
+        margin={"l": 60, "r": 20, "t": 60, "b": 45},
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "right", "x": 1.0},
+        hovermode="x",
+    )
+    fig.update_xaxes(title_text=x_title, showgrid=True, gridcolor="#eef0f2")
+    fig.update_yaxes(title_text=y_title, showgrid=True, gridcolor="#eef0f2", rangemode="tozero")
+    return fig
+
+
+def envelope_xy(t: pd.Series, low: pd.Series, high: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Interleave each bucket's min and max at its time, so a line through them keeps every peak and trough.
+
+    See NOTE [ Min/max envelope ] in collector/store/series.py.
+    """
+    tt = np.asarray(t, dtype=float)
+    x = np.repeat(tt, 2)
+    y = np.empty(len(tt) * 2)
+    y[0::2] = np.asarray(low, dtype=float)
+    y[1::2] = np.asarray(high, dtype=float)
+    same = np.repeat(np.asarray(low, dtype=float) == np.asarray(high, dtype=float), 2)
+    keep = ~same | (np.arange(len(x)) % 2 == 0)  # a bucket of one value needs one point
+    return x[keep], y[keep]
+
+
+def vertical_lines(xs: Sequence[float], y0: float, y1: float) -> tuple[list[float | None], list[float | None]]:
+    """Many vertical segments as one trace (shapes are slow by the hundred)."""
+    x: list[float | None] = []
+    y: list[float | None] = []
+    for value in xs:
+        x += [float(value), float(value), None]
+        y += [y0, y1, None]
+    return x, y
+
+
+def placeholder(title: str, message: str, *, height: int = HEIGHT) -> go.Figure:
+    """An empty chart that says why it is empty."""
+    fig = go.Figure()
+    fig.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper", font={"size": 13})
+    fig.update_layout(template="plotly_white", title={"text": title, "x": 0.0, "font": {"size": 15}}, height=height)
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return fig

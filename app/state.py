@@ -1,0 +1,140 @@
+"""The open file and chosen run in session state, the cached reader (cache_resource) and cached queries (cache_data)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from app import diagnosis
+from app.run_data import CompareData, RunViewData, load_compare, load_run_view
+from app.settings import default_db
+from collector.errors import StallwatchError
+from collector.findings import Report
+from collector.store import series
+from collector.store.reader import Reader
+
+DB_KEY = "sw_db"  # the file the user opened in the sidebar (overrides --db / STALLWATCH_DB)
+RUN_KEY = "sw_run"  # the run id picked in the sidebar
+COMPARE_KEY = "sw_compare"  # run ids picked for the compare view
+LIVE_TTL_S = 1.0
+STATIC_TTL_S = 600.0
+
+
+def take_run_from_url() -> None:
+    """``?run=ID`` in the address opens that run (once per session, so the sidebar can change it after)."""
+    value = st.query_params.get("run")
+    if value and value.isdigit() and not st.session_state.get("sw_url_taken"):
+        st.session_state[RUN_KEY] = int(value)
+    st.session_state["sw_url_taken"] = True
+
+
+def db_path() -> str:
+    return str(st.session_state.get(DB_KEY) or default_db(sys.argv[1:], os.environ))
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    """(device, inode): a file replaced under the same name gets a new reader."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return stat.st_dev, stat.st_ino
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def _reader(path: str, identity: tuple[int, int] | None) -> Reader:
+    return Reader(path)
+
+
+def open_reader(path: str) -> Reader | str:
+    """The file's reader, or the message saying why it cannot be read (never raises)."""
+    try:
+        return _reader(path, _identity(path))
+    except StallwatchError as exc:
+        return str(exc)
+    except OSError as exc:
+        return f"{path} cannot be read: {exc}"
+
+
+@st.cache_data(ttl=LIVE_TTL_S, show_spinner=False, max_entries=32)
+def run_list(path: str) -> pd.DataFrame:
+    """Every run without totals: cheap (no batch scan), for the sidebar and the empty-file check."""
+    return _reader(path, _identity(path)).runs()
+
+
+@st.cache_data(ttl=2.0, show_spinner=False, max_entries=32)
+def runs_table(path: str) -> pd.DataFrame:
+    """Every run with its totals: batches, batches/s, share of time waiting, mean GPU utilisation."""
+    reader = _reader(path, _identity(path))
+    runs = reader.runs()
+    if runs.empty:
+        return runs
+    totals = reader.run_totals().set_index("run_id")
+    runs["batches"] = [int(totals["batches"].get(i, 0)) for i in runs["id"]]
+    rates: list[float | None] = []
+    waits: list[float | None] = []
+    for run_id in runs["id"]:
+        row: Any = totals.loc[run_id] if run_id in totals.index else None
+        if row is None or row["batches"] < 2 or row["last_ts"] <= row["first_ts"]:
+            rates.append(None)
+        else:
+            rates.append((row["batches"] - 1) / (row["last_ts"] - row["first_ts"]))
+        busy = None if row is None else (row["wait_s"] or 0.0) + (row["step_s"] or 0.0)
+        waits.append(None if not busy else row["wait_s"] / busy)
+    runs["batches_per_s"] = rates
+    runs["wait_fraction"] = waits
+    gpu = series.run_gpu_means(reader, [int(i) for i in runs["id"]])
+    runs["gpu_util_pct"] = [gpu.get(int(i)) for i in runs["id"]]
+    return runs
+
+
+@st.cache_data(ttl=LIVE_TTL_S, show_spinner=False, max_entries=8)
+def _live_view(path: str, run_id: int, window_s: float | None) -> RunViewData:
+    return load_run_view(_reader(path, _identity(path)), run_id, window_s)
+
+
+@st.cache_data(ttl=STATIC_TTL_S, show_spinner=False, max_entries=16)
+def _static_view(path: str, run_id: int, window_s: float | None, version: Any) -> RunViewData:
+    return load_run_view(_reader(path, _identity(path)), run_id, window_s)
+
+
+def run_view(path: str, run_id: int, window_s: float | None, run: dict[str, Any]) -> RunViewData:
+    """A live run is re-read each second; a finished one once (its rows no longer change)."""
+    if run.get("state") == "running":
+        return _live_view(path, run_id, window_s)
+    return _static_view(path, run_id, window_s, (run.get("status"), run.get("heartbeat_at"), run.get("ended_at")))
+
+
+@st.cache_data(ttl=LIVE_TTL_S * 2, show_spinner=False, max_entries=8)
+def _live_diagnosis(path: str, run_id: int, window_s: float | None) -> Report | diagnosis.Unavailable:
+    return diagnosis.diagnose(path, run_id, window_s, live=True)
+
+
+@st.cache_data(ttl=STATIC_TTL_S, show_spinner=False, max_entries=64)
+def _static_diagnosis(path: str, run_id: int, window_s: float | None, version: Any) -> Report | diagnosis.Unavailable:
+    return diagnosis.diagnose(path, run_id, window_s)
+
+
+def run_diagnosis(
+    path: str, run_id: int, window_s: float | None, run: dict[str, Any]
+) -> Report | diagnosis.Unavailable:
+    if run.get("state") == "running":
+        return _live_diagnosis(path, run_id, window_s)
+    return _static_diagnosis(path, run_id, window_s, (run.get("status"), run.get("heartbeat_at"), run.get("ended_at")))
+
+
+@st.cache_data(ttl=5.0, show_spinner=False, max_entries=8)
+def compare_data(path: str, run_ids: tuple[int, ...]) -> CompareData:
+    return load_compare(_reader(path, _identity(path)), list(run_ids))
+
+
+def table_bytes(path: str, run_id: int, table: str, fmt: str) -> bytes:
+    """One of a run's tables as CSV or Parquet bytes (built when the user clicks download)."""
+    df = series.table_rows(_reader(path, _identity(path)), table, run_id)
+    if fmt == "parquet":
+        return df.to_parquet(index=False)
+    return df.to_csv(index=False).encode()

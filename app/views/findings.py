@@ -1,0 +1,65 @@
+"""The diagnosis on the page: the verdict banner, symptoms with evidence, suggestions with the line to paste."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from app.diagnosis import Unavailable
+from collector.findings import Report
+
+VERDICTS = {
+    "input-bound": ("Input-bound", "The training loop is starved: it spends most of its time waiting for data."),
+    "partly-input-bound": ("Partly input-bound", "The loop waits for data often enough to cost real time."),
+    "not-input-bound": (
+        "Not input-bound",
+        "Data arrives before the loop asks for it; the DataLoader is not the bottleneck.",
+    ),
+    "insufficient-data": ("Not enough data yet", "Too few batches to say anything; keep it running."),
+}
+SEVERITY_ICONS = {"high": ":material/error:", "medium": ":material/warning:", "low": ":material/info:"}
+
+
+def verdict_banner(report: Report | Unavailable) -> None:
+    if isinstance(report, Unavailable):
+        (st.info if report.insufficient else st.warning)(report.message, icon=":material/troubleshoot:")
+        return
+    title, sentence = VERDICTS.get(report.verdict, (report.verdict, ""))
+    lead = report.symptoms[0].evidence if report.symptoms else sentence
+    text = f"**{title}** — {lead}"
+    if report.verdict == "input-bound":
+        st.error(text, icon=":material/hourglass_top:")
+    elif report.verdict == "partly-input-bound":
+        st.warning(text, icon=":material/hourglass_bottom:")
+    elif report.verdict == "not-input-bound":
+        st.success(text, icon=":material/check_circle:")
+    else:
+        st.info(text, icon=":material/hourglass_empty:")
+
+
+def findings(report: Report | Unavailable) -> None:
+    """Symptoms on the left, what to change on the right."""
+    if isinstance(report, Unavailable):
+        return
+    left, right = st.columns([1, 1], gap="large")
+    with left:
+        st.subheader("What we see", divider="gray")
+        if not report.symptoms:
+            st.write("No symptoms of data-loading starvation.")
+        for symptom in report.symptoms:
+            icon = SEVERITY_ICONS.get(symptom.severity, "")
+            st.markdown(f"{icon} **{symptom.id.replace('_', ' ')}** · {symptom.severity}  \n{symptom.evidence}")
+            st.caption(f"confidence {symptom.confidence:.0%}")
+    with right:
+        st.subheader("What to change", divider="gray")
+        change = report.code_change()
+        if change:
+            st.code(change, language="python")
+        if not report.suggestions:
+            st.write("Nothing to change in the DataLoader.")
+        for s in report.suggestions:
+            speed = f" · expected **×{s.expected_speedup:.2f}** throughput" if s.expected_speedup else ""
+            st.markdown(f"`{s.parameter}`: `{s.current!r}` → `{s.suggested!r}`{speed}  \n{s.reason}")
+            if s.rule_of_thumb not in (None, ""):
+                st.caption(f"rule of thumb: {s.rule_of_thumb}")
+    for note in report.notes:
+        st.caption(note)

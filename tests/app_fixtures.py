@@ -1,0 +1,197 @@
+"""Fixtures for the dashboard tests: files recorded by the collector itself, bad files, and an AppTest factory."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from collector.demo import run_demo  # noqa: E402
+from collector.store.writer import Store  # noqa: E402
+
+APP = str(REPO / "app" / "streamlit_app.py")
+RECORD_S = 2.5
+APP_TIMEOUT_S = 60.0
+
+
+@pytest.fixture(scope="session")
+def recorded_db(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Two short real runs recorded by the collector: a starved loop, then a healthy one."""
+    path = str(tmp_path_factory.mktemp("recorded") / "stallwatch.sqlite")
+    run_demo(path, RECORD_S, "starved")
+    run_demo(path, RECORD_S, "healthy")
+    return path
+
+
+@pytest.fixture(scope="session")
+def odd_runs_db(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A crashed run (recorded through watch), a run whose process vanished, and a run with zero batches."""
+    import collector
+
+    path = str(tmp_path_factory.mktemp("odd") / "stallwatch.sqlite")
+    with pytest.raises(RuntimeError), collector.watch(list(range(50)), db=path, run="crashes") as watched:
+        for i, _ in enumerate(watched):
+            time.sleep(0.002)
+            if i == 20:
+                raise RuntimeError("CUDA out of memory (test)")
+    store = Store(path)
+    try:
+        long_ago = time.time() - 3600
+        vanished = store.create_run(
+            "vanished",
+            config={"num_workers": 2},
+            host={},
+            versions={},
+            hostname="elsewhere",
+            pid=1,
+            command="train.py",
+            rank=None,
+            world_size=None,
+            started_at=long_ago,
+        )
+        store.write({}, run_update={"heartbeat_at": long_ago + 5}, run_id=vanished)
+        store.create_run(
+            "no-batches",
+            config={"num_workers": 0},
+            host={},
+            versions={},
+            hostname="elsewhere",
+            pid=1,
+            command="train.py",
+            rank=None,
+            world_size=None,
+            started_at=long_ago,
+        )
+        store.conn.execute(
+            "UPDATE runs SET status = 'completed', ended_at = ? WHERE name = 'no-batches'", (long_ago + 1,)
+        )
+    finally:
+        store.close()
+    return path
+
+
+@pytest.fixture(scope="session")
+def gpu_db(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A synthetic run with a GPU-utilisation sawtooth (this machine has no GPU to record one)."""
+    sys.path.insert(0, str(REPO / "bench"))
+    from bench_dashboard import build_synthetic
+
+    path = str(tmp_path_factory.mktemp("gpu") / "stallwatch.sqlite")
+    build_synthetic(path, batches=20_000, gpu_seconds=120.0)
+    return path
+
+
+@pytest.fixture
+def live_db(tmp_path: Path) -> Iterator[str]:
+    """A run that is being recorded right now: heartbeat fresh, our own pid, rows arriving."""
+    path = str(tmp_path / "live.sqlite")
+    store = Store(path)
+    now = time.time()
+    run_id = store.create_run(
+        "live-run",
+        config={"num_workers": 0, "batch_size": 8},
+        host={},
+        versions={},
+        hostname="elsewhere",
+        pid=os.getpid(),
+        command="train.py",
+        rank=None,
+        world_size=None,
+        started_at=now - 5,
+    )
+    from collector.store.writer import batch_insert_sql
+
+    rows = [(i, 0, i, int(i * 5e7), int(i * 5e7 + 3e7), int(i * 5e7 - 2e7)) + (None,) * 8 + (0,) for i in range(60)]
+    store.write(
+        {}, statements=[(batch_insert_sql(run_id, now - 5, 0), rows)], run_update={"heartbeat_at": now}, run_id=run_id
+    )
+    yield path
+    store.close()
+
+
+def file_digest(path: str) -> str:
+    with open(path, "rb") as handle:
+        return hashlib.sha256(handle.read()).hexdigest()
+
+
+def make_bad_file(kind: str, directory: Path, recorded: str) -> str:
+    """A file the dashboard must refuse politely: missing, empty, text, foreign, newer, corrupt."""
+    path = str(directory / f"{kind}.sqlite")
+    if kind == "missing":
+        return path
+    if kind == "empty":
+        Path(path).touch()
+    elif kind == "not-sqlite":
+        Path(path).write_text("epoch,loss\n0,2.3\n")
+    elif kind == "foreign":
+        conn = sqlite3.connect(path)
+        conn.execute("CREATE TABLE photos (id INTEGER PRIMARY KEY, caption TEXT)")
+        conn.commit()
+        conn.close()
+    elif kind == "newer-schema":
+        _copy(recorded, path)
+        conn = sqlite3.connect(path)
+        conn.execute("PRAGMA journal_mode = DELETE")
+        conn.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+        conn.commit()
+        conn.close()
+    elif kind == "corrupt":
+        _copy(recorded, path)
+        with open(path, "r+b") as handle:  # keep the header, scribble over the b-tree pages
+            handle.seek(4096)
+            handle.write(os.urandom(os.path.getsize(path) - 4096))
+    else:
+        raise ValueError(kind)
+    return path
+
+
+def _copy(source: str, target: str) -> None:
+    conn = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
+    out = sqlite3.connect(target)
+    conn.backup(out)
+    out.execute("PRAGMA journal_mode = DELETE")
+    out.close()
+    conn.close()
+
+
+@pytest.fixture
+def app_for(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., AppTest]]:
+    """``app_for(db, page=None, run_id=None)``: the dashboard run headless against ``db``.
+
+    AppTest installs the app script as ``sys.modules["__main__"]``; it is put back
+    afterwards, or a later test's spawned DataLoader workers would re-run the app.
+    """
+    main = sys.modules["__main__"]
+
+    def run(db: str, page: str | None = None, run_id: int | None = None) -> AppTest:
+        monkeypatch.setenv("STALLWATCH_DB", db)
+        at = AppTest.from_file(APP, default_timeout=APP_TIMEOUT_S)
+        if run_id is not None:
+            at.session_state["sw_run"] = run_id  # app.state.RUN_KEY: the run the sidebar picked
+        at.run()
+        if page is not None:
+            at.switch_page(page).run()
+        return at
+
+    yield run
+    sys.modules["__main__"] = main
+
+
+def texts(at: AppTest) -> str:
+    """Every piece of text on the page, for assertions."""
+    parts: list[str] = []
+    for kind in ("title", "header", "subheader", "markdown", "caption", "error", "warning", "info", "success", "code"):
+        parts += [str(e.value) for e in getattr(at, kind)]
+    parts += [f"{m.label} {m.value}" for m in at.metric]
+    return "\n".join(parts)
