@@ -7,11 +7,19 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from collector.watcher import WatchedLoader
+    from collector.findings import Report
+    from collector.watched import WatchedLoader
 
 
 def watch(loader: Any, db: Any = None, run: str | None = None, **kwargs: Any) -> WatchedLoader:
-    """Wrap ``loader`` so every batch's wait is recorded. See ``collector.watcher.watch``."""
-    from collector.watcher import watch as _watch
+    """Wrap ``loader`` so every batch's wait is recorded. See ``collector.watched.watch``."""
+    from collector.watched import watch as _watch
 
     return _watch(loader, db, run, **kwargs)
+
+
+def diagnose(db: Any, run: Any = "latest", **kwargs: Any) -> Report:
+    """Diagnose a recorded run: verdict, symptoms, suggestions. See ``collector.diagnosis.diagnose``."""
+    from collector.diagnosis import diagnose as _diagnose
+
+    return _diagnose(db, run, **kwargs)

@@ -106,7 +106,7 @@ def run_demo(
     progress: Callable[[float], None] | None = None,
 ) -> int | None:
     """Train a tiny model on the CPU for ``seconds`` through ``watch``; returns the run id."""
-    from collector.watcher import watch
+    from collector.watched import watch
 
     spec = SCENARIOS[scenario]
     torch.set_num_threads(1)  # the tiny model must not compete with the loader for cores

@@ -47,7 +47,7 @@ def run_trial(
     on_tick: Callable[[], None] | None = None,
 ) -> Trial:
     """Measure ``setting``; an exception from the factory or the loader becomes ``Trial.error``."""
-    from collector.watcher import watch
+    from collector.watched import watch
 
     started = clock()
     try:
