@@ -1,0 +1,94 @@
+"""The tables one diagnosis reads, loaded once from a stallwatch file (optionally a recent window)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from collector.errors import InsufficientData, StallwatchError
+from collector.store.diagnosis_queries import batch_aggregates, lean_batches
+from collector.store.reader import Reader
+
+
+class RunInProgress(StallwatchError):
+    """The run is still being recorded; diagnose it live (``live=True``) or wait for it to end."""
+
+
+@dataclass(frozen=True)
+class RunData:
+    """Everything the rules look at, as plain tables; rules never touch SQLite."""
+
+    run: dict[str, Any]  # id, name, state, config, host, ...
+    batches: pd.DataFrame  # see collector.store.diagnosis_queries.LEAN_COLUMNS
+    epochs: pd.DataFrame  # epoch, started_at, ended_at, first_batch_s, batches
+    gpu: pd.DataFrame  # ts, gpu, util_pct
+    host: pd.DataFrame  # ts, cpu_pct, per_core_pct, mem_available_bytes
+    procs: pd.DataFrame  # ts, pid, role, worker_id, cpu_pct, rss_bytes, uss_bytes
+    aggregates: dict[str, Any] = field(default_factory=dict)  # batch_aggregates()
+    window: dict[str, Any] | None = None  # {"window_s": ..} or {"last_batches": ..}; None: whole run
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return dict(self.run.get("config") or {})
+
+    @property
+    def host_facts(self) -> dict[str, Any]:
+        return dict(self.run.get("host") or {})
+
+
+def load_run(
+    db: str | os.PathLike[str] | Reader,
+    run: str | int | None = "latest",
+    *,
+    window_s: float | None = None,
+    last_batches: int | None = None,
+    live: bool = False,
+) -> RunData:
+    """Read one run's tables; raise a typed error for anything a diagnosis cannot use."""
+    if window_s is not None and not window_s > 0:
+        raise ValueError(f"window_s must be > 0 seconds, got {window_s!r}")
+    if last_batches is not None and (isinstance(last_batches, bool) or int(last_batches) < 2):
+        raise ValueError(f"last_batches must be an integer >= 2, got {last_batches!r}")
+    reader = db if isinstance(db, Reader) else Reader(db)
+    info = reader.run(run)
+    run_id = int(info["id"])
+    if info.get("state") == "running" and not live:
+        raise RunInProgress(
+            f"run {info['name']!r} (id {run_id}) is still being recorded: diagnose it when it ends, "
+            "or ask for a live diagnosis (--live, or live=True)"
+        )
+    since_ts = None
+    if window_s is not None:
+        last = reader.scalar("SELECT ts FROM batches WHERE run_id = ? ORDER BY epoch DESC, idx DESC LIMIT 1", (run_id,))
+        since_ts = None if last is None else float(last) - float(window_s)
+    batches = lean_batches(reader, run_id, since_ts=since_ts, last_batches=last_batches)
+    if len(batches) < 2:
+        raise InsufficientData(
+            f"run {info['name']!r} (id {run_id}) has {len(batches)} batch{'es' if len(batches) != 1 else ''}"
+            f"{' in the window' if since_ts is not None or last_batches is not None else ''}: "
+            "at least 2 are needed to say anything"
+        )
+    windowed = since_ts is not None or last_batches is not None
+    first_ts = float(batches["ts"].iloc[0] - batches["wait_s"].iloc[0]) if windowed else None
+    start = (int(batches["epoch"].iloc[0]), int(batches["idx"].iloc[0])) if windowed else None
+    epochs = reader.epochs(run_id)
+    if windowed:
+        epochs = epochs[epochs["epoch"] >= int(batches["epoch"].iloc[0])].reset_index(drop=True)
+    window: dict[str, Any] | None = None
+    if window_s is not None:
+        window = {"window_s": float(window_s)}
+    elif last_batches is not None:
+        window = {"last_batches": int(last_batches)}
+    return RunData(
+        run=info,
+        batches=batches,
+        epochs=epochs,
+        gpu=reader.gpu_samples(run_id, since_ts=first_ts),
+        host=reader.host_samples(run_id, since_ts=first_ts),
+        procs=reader.proc_samples(run_id, since_ts=first_ts),
+        aggregates=batch_aggregates(reader, run_id, start=start),
+        window=window,
+    )

@@ -1,0 +1,131 @@
+"""The throughput model: batches per second for any num_workers, from the run's own measurements."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from collector.diagnosis.stats import Facts
+
+DEFAULT_HANDOFF_S = 0.001  # next() cost of a ready batch when no worker run measured it
+SURPLUS = 1.15  # production headroom over consumption, to absorb uneven fetch times
+IO_SURPLUS = 1.5  # more for I/O-bound fetching: storage latency varies, idle workers cost only memory
+MAX_WORKERS = 64
+MEMORY_SHARE = 0.5  # workers and their prefetched batches may take this share of available RAM
+
+
+@dataclass(frozen=True)
+class LoaderModel:
+    """Measured costs per batch (seconds) and the machine's capacity.
+
+    NOTE [ Throughput model ]
+    The loop consumes one batch per ``step_s + handoff_s``; n workers produce
+    one each per ``load_io_s + load_cpu_s``; all loading and the main process
+    together cannot use more CPU than the free cores::
+
+        n = 0:  |== load (in next()) ==|-- step --|== load ==|-- step --|
+        n = 3:  w0 |== load ==|  w1 |== load ==|  w2 |== load ==|
+                loop: |-- step --|h|-- step --|h|-- step --|h|
+
+        X(0) = 1 / (step + load)
+        X(n) = min(1 / (step + handoff),          the loop's own speed
+                   n / (load_io + load_cpu),      n workers' output
+                   free_cores / (load_cpu + step_cpu))   the CPU's capacity
+
+    I/O time (sleeping on storage) costs no core, so I/O-bound loading keeps
+    scaling past the core count; CPU-bound loading stops at the cores.
+    """
+
+    step_s: float  # mean: what throughput sees
+    handoff_s: float
+    load_io_s: float
+    load_cpu_s: float
+    step_cpu_s: float
+    free_cores: float
+    max_workers: int  # capped by memory (and MAX_WORKERS)
+    pace_step_s: float | None = None  # median step: the pace workers are sized for (None: step_s)
+
+    def throughput(self, n: int) -> float:
+        if n <= 0:
+            return 1.0 / max(self.step_s + self.load_io_s + self.load_cpu_s, 1e-9)
+        return min(self.loop_limit(), self.workers_limit(n), self.cpu_limit())
+
+    def loop_limit(self) -> float:
+        return 1.0 / max(self.step_s + self.handoff_s, 1e-9)
+
+    def workers_limit(self, n: int) -> float:
+        return n / max(self.load_io_s + self.load_cpu_s, 1e-9)
+
+    def cpu_limit(self) -> float:
+        return self.free_cores / max(self.load_cpu_s + self.step_cpu_s, 1e-9)
+
+    def limit(self, n: int) -> str:
+        """What caps throughput at n workers: "loop", "workers" or "cpu"."""
+        if n <= 0:
+            return "workers"
+        limits = {"loop": self.loop_limit(), "workers": self.workers_limit(n), "cpu": self.cpu_limit()}
+        return min(limits, key=lambda k: limits[k])
+
+    def best_workers(self, *, surplus: float = SURPLUS, io_surplus: float = IO_SURPLUS) -> int:
+        """The fewest workers that reach the model's ceiling, with headroom.
+
+        Workers are sized for the loop's typical (median) step, so pauses that
+        stretch the mean (garbage collection, other jobs) do not shrink the
+        answer. Production must outpace consumption by ``surplus`` (15%), or by
+        ``io_surplus`` (50%) when fetching is mostly I/O: storage latency varies
+        and a sleeping worker costs only memory. CPU-bound loading (CPU at
+        least half of a fetch) never gets more workers than free cores.
+        """
+        pace = 1.0 / max((self.pace_step_s or self.step_s) + self.handoff_s, 1e-9)
+        ceiling = min(max(pace, self.loop_limit()), self.cpu_limit())
+        cpu_bound = self.load_cpu_s >= self.load_io_s
+        headroom = surplus if cpu_bound else io_surplus
+        needed = math.ceil(headroom * ceiling * (self.load_io_s + self.load_cpu_s) - 1e-9)
+        if cpu_bound:
+            needed = min(needed, math.ceil(self.free_cores - 1e-9))
+        return max(1, min(needed, self.max_workers))
+
+
+def build_model(
+    facts: Facts,
+    *,
+    default_handoff_s: float = DEFAULT_HANDOFF_S,
+    memory_share: float = MEMORY_SHARE,
+    worker_bytes: float | None = None,
+) -> LoaderModel | None:
+    """The model for this run, or None when the load time per batch was not measured.
+
+    Workers' wall time includes waiting for a core when they outnumber the free
+    ones, so the I/O part is what wall time leaves beyond the CPU time stretched
+    by that contention. ``worker_bytes`` is one worker's private memory (None:
+    not measured; only prefetched batches count against RAM then).
+    """
+    if facts.load_wall_s is None:
+        return None
+    load_cpu = facts.load_cpu_s if facts.load_cpu_s is not None else facts.load_wall_s  # unknown: assume CPU
+    load_cpu = min(load_cpu, facts.load_wall_s)
+    # NOTE [ Background load ] Other processes' load is measured (and noted in
+    # the report) but not subtracted: it is transient, and the advice is for
+    # the machine's cores, not for whatever else ran during this recording.
+    free = float(max(1, facts.usable_cores))
+    stretch = 1.0
+    if facts.fetch_concurrency is not None:
+        main = facts.main_cpu_cores or 0.0
+        stretch = max(1.0, facts.fetch_concurrency / max(0.5, free - main))
+    load_io = max(0.0, facts.load_wall_s - load_cpu * stretch)
+    handoff = facts.handoff_s if facts.num_workers > 0 and facts.handoff_s > 0 else default_handoff_s
+    max_workers = MAX_WORKERS
+    if facts.mem_available_min_bytes:
+        per_worker = (worker_bytes or 0.0) + max(2, facts.prefetch_factor) * (facts.batch_nbytes or 0.0)
+        if per_worker > 0:
+            max_workers = max(1, min(MAX_WORKERS, int(memory_share * facts.mem_available_min_bytes / per_worker)))
+    return LoaderModel(
+        step_s=facts.step_mean_s,
+        pace_step_s=facts.step_p50_s or None,
+        handoff_s=handoff,
+        load_io_s=load_io,
+        load_cpu_s=load_cpu,
+        step_cpu_s=facts.step_cpu_s,
+        free_cores=free,
+        max_workers=max_workers,
+    )

@@ -1,0 +1,208 @@
+"""Rules read from the workers' side: too many, uneven, too shallow a queue, waiting on storage."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from collector.diagnosis.data import RunData
+from collector.diagnosis.model import LoaderModel
+from collector.diagnosis.stats import Facts, steady_batches
+from collector.findings import Symptom
+
+MAX_PREFETCH = 16
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.1f} ms"
+
+
+def cpu_share(model: LoaderModel) -> float:
+    """Share of a batch's production that is CPU work, once core contention is taken out."""
+    return model.load_cpu_s / max(model.load_cpu_s + model.load_io_s, 1e-12)
+
+
+def workers_exceed_cores(facts: Facts, model: LoaderModel | None, *, cpu_bound: float = 0.5) -> Symptom | None:
+    """More CPU-bound workers than usable cores: they take turns on the cores.
+
+        core 0  w0 w2 w0 w2 w0      4 CPU-bound workers, 2 cores:
+        core 1  w1 w3 w1 w3 w1      each fetch takes twice its CPU time
+
+    Fires when num_workers > usable cores and CPU is at least ``cpu_bound`` (50%)
+    of a fetch. I/O-bound workers beyond the cores are fine (see io_bound_fetch).
+    """
+    if model is None or facts.num_workers <= facts.usable_cores or not facts.load_cpu_known:
+        return None
+    share = cpu_share(model)
+    if share < cpu_bound or facts.load_wall_s is None or facts.load_cpu_s is None:
+        return None
+    return Symptom(
+        id="workers_exceed_cores",
+        severity="high" if facts.num_workers >= 2 * facts.usable_cores else "medium",
+        evidence=(
+            f"{facts.num_workers} workers on {facts.usable_cores} usable cores, and fetching is CPU-bound "
+            f"({_ms(facts.load_cpu_s)} CPU per batch, {share:.0%} of the work): a fetch takes "
+            f"{_ms(facts.load_wall_s)}, {facts.load_wall_s / max(facts.load_cpu_s, 1e-9):.1f}x its CPU time, "
+            "because workers wait for a core"
+        ),
+        confidence=round(min(1.0, share + 0.2), 2),
+        metrics={"cpu_share": round(share, 3), "usable_cores": facts.usable_cores},
+    )
+
+
+def io_bound_fetch(
+    facts: Facts, model: LoaderModel | None, *, io_share: float = 0.5, min_stall: float = 0.05
+) -> Symptom | None:
+    """Producing a batch is mostly waiting on storage, not computing.
+
+        worker  |cpu|....... waiting on disk/network .......|cpu|
+
+    Fires when I/O is at least ``io_share`` (50%) of a fetch while the loop
+    stalls ``min_stall`` (5%) of its steady-state time: more workers than cores pay here,
+    and so does caching the data closer.
+    """
+    if model is None or facts.steady_stall_fraction < min_stall:
+        return None
+    share = 1.0 - cpu_share(model)
+    if share < io_share:
+        return None
+    how = "measured in the workers" if facts.load_cpu_known else "estimated from the main process's CPU"
+    disk = "" if facts.disk_read_bps is None else f"; the disks read {facts.disk_read_bps / 2**20:.1f} MiB/s meanwhile"
+    return Symptom(
+        id="io_bound_fetch",
+        severity="medium" if facts.input_fraction >= 0.2 else "low",
+        evidence=(
+            f"a batch takes {_ms(model.load_io_s + model.load_cpu_s)} to produce, of which "
+            f"{_ms(model.load_cpu_s)} is CPU ({how}): {share:.0%} is waiting on storage, so more workers "
+            f"than cores help, and so does caching the data locally{disk}"
+        ),
+        confidence=0.9 if facts.load_cpu_known else 0.6,
+        metrics={"io_share": round(share, 3), "cpu_known": facts.load_cpu_known, "disk_read_bps": facts.disk_read_bps},
+    )
+
+
+def worker_imbalance(
+    data: RunData,
+    facts: Facts,
+    *,
+    slow_ratio: float = 1.5,
+    wait_ratio: float = 3.0,
+    stuck_share: float = 0.3,
+    min_stall: float = 0.05,
+    min_per_worker: int = 10,
+) -> Symptom | None:
+    """One worker is far slower, so waits repeat every num_workers batches.
+
+        batch   0  1  2  3  4  5  6  7      worker 0 serves 0, 4, 8, ...
+        wait    ██ .  .  .  ██ .  .  .      ready batches from 1-3 sit behind it
+
+    Fires when one worker's fetch takes ``slow_ratio`` (1.5x) the others'
+    median, or (with the loop stalling ``min_stall``) the batches of one worker
+    wait ``wait_ratio`` (3x) longer, or ``stuck_share`` (30%) of the stall time
+    is spent with other batches ready.
+    """
+    if facts.num_workers < 2:
+        return None
+    steady = steady_batches(data, facts).dropna(subset=["worker_id"])
+    counts = steady.groupby("worker_id").size()
+    steady = steady[steady["worker_id"].isin(counts[counts >= min_per_worker].index)]
+    if steady["worker_id"].nunique() < 2:
+        return None
+    findings: list[str] = []
+    metrics: dict[str, float] = {}
+    fetch = steady.dropna(subset=["worker_wall_s"]).groupby("worker_id")["worker_wall_s"].mean()
+    if len(fetch) >= 2:
+        slow = fetch.idxmax()
+        ratio = float(fetch[slow] / max(float(fetch.drop(slow).median()), 1e-9))
+        if ratio >= slow_ratio:
+            findings.append(f"worker {int(slow)} takes {_ms(fetch[slow])} per batch, {ratio:.1f}x the others")
+            metrics["slow_ratio"] = ratio
+    starved = facts.steady_stall_fraction >= min_stall
+    waits = steady.groupby("worker_id")["stall_s"].mean()
+    slow_w = waits.idxmax()
+    others = float(waits.drop(slow_w).median())
+    if starved and waits[slow_w] >= wait_ratio * max(others, 1e-4):
+        findings.append(
+            f"batches from worker {int(slow_w)} wait {_ms(waits[slow_w])} vs {_ms(others)} for the others, "
+            f"repeating every {facts.num_workers} batches"
+        )
+        metrics["wait_ratio"] = float(waits[slow_w] / max(others, 1e-4))
+    stall = steady["stall_s"].to_numpy()
+    stuck = float(stall[steady["ready"].to_numpy() > 0].sum() / max(stall.sum(), 1e-12))
+    if starved and stuck >= stuck_share:
+        findings.append(f"{stuck:.0%} of the stall time passed with other batches already ready (stuck behind one)")
+        metrics["stuck_share"] = stuck
+    if not findings:
+        return None
+    return Symptom(
+        id="worker_imbalance",
+        severity="medium" if starved else "low",
+        evidence="; ".join(findings)
+        + " (uneven samples: check the data distribution, shuffle, or in_order=False on torch >= 2.6)",
+        confidence=round(min(1.0, 0.4 + 0.2 * len(findings) + len(steady) / 1000), 2),
+        metrics=metrics,
+    )
+
+
+def prefetch_too_shallow(
+    data: RunData,
+    facts: Facts,
+    model: LoaderModel | None,
+    *,
+    min_stall: float = 0.05,
+    calm_p50: float = 0.25,
+) -> Symptom | None:
+    """Workers keep up on average, yet bursts of slow batches empty the queue.
+
+        queue  4 3 2 1 0 0 0 4      a slow batch holds up delivery in order;
+        wait   . . . . ██████ .     a deeper queue would have started it earlier
+
+    Fires when the workers' capacity exceeds the loop's pace, the loop stalls
+    ``min_stall`` (5%) of the time, and the median stall is under ``calm_p50``
+    of a step (most batches are ready: the waits are a tail). The suggested
+    ``prefetch_factor`` dispatches a batch early enough to hide the tail fetch
+    (p99): ``ceil(p99 fetch / (step * num_workers)) + 1``.
+    """
+    if model is None or facts.num_workers < 1 or facts.steady_stall_fraction < min_stall:
+        return None
+    if model.workers_limit(facts.num_workers) < model.loop_limit():
+        return None
+    steady = steady_batches(data, facts)
+    stall = steady["stall_s"].to_numpy()
+    pace = model.step_s + model.handoff_s
+    if float(np.median(stall)) > calm_p50 * pace:
+        return None
+    fetch = steady["worker_wall_s"].dropna().to_numpy()
+    tail = float(np.quantile(fetch, 0.99)) if len(fetch) >= 10 else facts.wait_p99_s + (facts.load_wall_s or 0.0)
+    suggested = min(MAX_PREFETCH, max(facts.prefetch_factor + 1, math.ceil(tail / (pace * facts.num_workers)) + 1))
+    return Symptom(
+        id="prefetch_too_shallow",
+        severity="high" if facts.steady_stall_fraction >= 0.2 else "medium",
+        evidence=(
+            f"{facts.num_workers} workers produce {model.workers_limit(facts.num_workers):.0f} batches/s, more than "
+            f"the loop's {model.loop_limit():.0f}/s, yet the loop stalls {facts.steady_stall_fraction:.0%} of the "
+            f"time in bursts (median wait {_ms(facts.wait_p50_s)}, p99 {_ms(facts.wait_p99_s)}; slowest fetches "
+            f"{_ms(tail)}): prefetch_factor={facts.prefetch_factor} queues too few batches"
+        ),
+        confidence=0.8,
+        metrics={"tail_fetch_s": tail, "suggested_prefetch_factor": suggested},
+    )
+
+
+def idle_workers_note(facts: Facts, model: LoaderModel | None, worker_bytes: float | None) -> str | None:
+    """A note when fewer workers would keep up and save memory (never a change to make)."""
+    if model is None or facts.num_workers < 2 or facts.input_fraction >= 0.05:
+        return None
+    needed = model.best_workers()
+    if needed >= facts.num_workers:
+        return None
+    idle = 1.0 - min(1.0, model.throughput(facts.num_workers) / model.workers_limit(facts.num_workers))
+    saving = ""
+    if worker_bytes:
+        saving = f", saving up to {(facts.num_workers - needed) * worker_bytes / 2**20:.0f} MiB of worker memory"
+    return (
+        f"Workers sit idle about {idle:.0%} of the time: {needed} of {facts.num_workers} would keep up "
+        f"(a batch takes {_ms(facts.load_wall_s or 0.0)} to produce, the loop takes one every "
+        f"{_ms(facts.cycle_s)}); num_workers={needed} would do{saving}"
+    )

@@ -1,0 +1,149 @@
+"""Turn symptoms and the throughput model into concrete DataLoader settings, or say none would pay."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from collector.diagnosis.model import LoaderModel
+from collector.diagnosis.stats import Facts
+from collector.findings import Suggestion, Symptom
+
+MIN_SPEEDUP = 1.10  # a change must buy at least 10% to be suggested
+REMEDIES = (
+    "cheaper transforms (decode smaller images, fewer augmentations)",
+    "caching decoded samples (in RAM, or pre-processed on disk)",
+    "decoding or augmenting on the GPU (NVIDIA DALI, torchvision transforms on CUDA tensors)",
+)
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.1f} ms"
+
+
+def rule_of_thumb(facts: Facts) -> int:
+    """The sources' static rule: min(physical cores, 2 * batch_size)."""
+    return min(facts.physical_cores, 2 * facts.batch_size) if facts.batch_size else facts.physical_cores
+
+
+def suggest(
+    facts: Facts,
+    model: LoaderModel | None,
+    symptoms: Mapping[str, Symptom],
+    *,
+    min_speedup: float = MIN_SPEEDUP,
+) -> tuple[list[Suggestion], list[str]]:
+    """Suggestions that pay at least ``min_speedup`` (or fix a named risk), and notes."""
+    out: list[Suggestion] = []
+    notes: list[str] = []
+    current = facts.steady_batches_per_s
+    workers = _num_workers(facts, model, symptoms, min_speedup)
+    if workers is not None:
+        out.append(workers)
+    if "prefetch_too_shallow" in symptoms and model is not None:
+        value = int(symptoms["prefetch_too_shallow"].metrics["suggested_prefetch_factor"])
+        ceiling = min(model.loop_limit(), model.workers_limit(facts.num_workers), model.cpu_limit())
+        out.append(
+            Suggestion(
+                parameter="prefetch_factor",
+                current=facts.prefetch_factor,
+                suggested=value,
+                reason=(
+                    f"queue {value} batches per worker so a slow fetch starts early enough to be ready; "
+                    f"{facts.num_workers * value} batches are held in memory"
+                ),
+                expected_speedup=round(max(1.0, ceiling / current), 2) if current > 0 else None,
+                rule_of_thumb=2,
+            )
+        )
+    if "epoch_start_stall" in symptoms and facts.num_workers > 0 and not facts.persistent_workers:
+        span = facts.wall_s - facts.warmup_s
+        saved = sum(max(0.0, lost - (facts.load_wall_s or 0.0)) for lost in facts.epoch_lost_s)
+        out.append(
+            Suggestion(
+                parameter="persistent_workers",
+                current=False,
+                suggested=True,
+                reason=f"keep workers alive between epochs: saves about {saved / max(1, len(facts.epoch_lost_s)):.2f} s per epoch",
+                expected_speedup=round(span / max(span - saved, 1e-9), 2),
+                rule_of_thumb=True,
+            )
+        )
+    uneven = {"worker_imbalance", "prefetch_too_shallow"} & set(symptoms)
+    if uneven and facts.shuffle is False:
+        out.append(
+            Suggestion(
+                parameter="shuffle",
+                current=False,
+                suggested=True,
+                reason="batches cost unevenly in dataset order; shuffling spreads the slow samples over all batches",
+                expected_speedup=None,
+                rule_of_thumb=True,
+            )
+        )
+    if "pageable_memory" in symptoms and not facts.pin_memory:
+        out.append(
+            Suggestion(
+                parameter="pin_memory",
+                current=False,
+                suggested=True,
+                reason="page-locked batches copy to the GPU by DMA and overlap compute with .to(device, non_blocking=True)",
+                expected_speedup=None,
+                rule_of_thumb=True,
+            )
+        )
+    helped = any((s.expected_speedup or 0.0) >= min_speedup for s in out)
+    if not helped and model is not None and facts.input_fraction >= 0.05:
+        best = model.best_workers()
+        if model.limit(best) == "cpu":
+            notes.append(
+                f"No DataLoader setting can help: producing a batch takes {_ms(model.load_cpu_s)} of CPU and, with "
+                f"the loop's own {_ms(model.step_cpu_s)}, the {model.free_cores:.1f} free cores cap the run at "
+                f"{model.cpu_limit():.0f} batches/s. What would: " + "; ".join(REMEDIES) + "."
+            )
+    return out, notes
+
+
+def _num_workers(
+    facts: Facts, model: LoaderModel | None, symptoms: Mapping[str, Symptom], min_speedup: float
+) -> Suggestion | None:
+    thumb = rule_of_thumb(facts)
+    if model is None:
+        if facts.input_fraction < 0.20 or thumb <= facts.num_workers:
+            return None
+        return Suggestion(
+            parameter="num_workers",
+            current=facts.num_workers,
+            suggested=thumb,
+            reason="fetch times were not recorded, so this is the sources' rule of thumb, not a measured value",
+            expected_speedup=None,
+            rule_of_thumb=thumb,
+        )
+    n = model.best_workers()
+    current = facts.steady_batches_per_s
+    if n == facts.num_workers or current <= 0:
+        return None
+    speedup = model.throughput(n) / current
+    fewer = n < facts.num_workers and "workers_exceed_cores" in symptoms
+    if speedup < min_speedup and not fewer:
+        return None
+    limits = {
+        "loop": f"the training step ({_ms(model.step_s)} + {_ms(model.handoff_s)} hand-off) becomes the limit",
+        "workers": f"{n} workers are the limit",
+        "cpu": f"the {model.free_cores:.1f} free cores are the limit for CPU-bound loading",
+    }
+    produce = _ms(model.load_io_s + model.load_cpu_s)
+    reason = (
+        f"measured: a batch takes {produce} to produce ({_ms(model.load_cpu_s)} CPU) and the loop steps in "
+        f"{_ms(model.step_s)}; {n} workers produce {model.workers_limit(n):.0f} batches/s and "
+        f"{limits[model.limit(n)]}: {current:.1f} -> {model.throughput(n):.1f} batches/s"
+    )
+    if fewer and speedup < min_speedup:
+        reason += "; same speed with fewer workers frees cores and memory"
+    return Suggestion(
+        parameter="num_workers",
+        current=facts.num_workers,
+        suggested=n,
+        reason=reason,
+        expected_speedup=round(speedup, 2),
+        rule_of_thumb=thumb,
+    )

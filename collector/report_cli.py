@@ -1,0 +1,131 @@
+"""``python -m collector report DB``: the diagnosis of a recorded run, as text or as JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, NoReturn
+
+from collector.errors import StallwatchError
+from collector.findings import Report
+
+EXIT_USAGE = 2
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "report",
+        help="diagnose a recorded run: verdict, symptoms with evidence, suggested DataLoader settings",
+        description="Diagnose one run of a stallwatch file. Reads the file only; never writes to it. "
+        "The JSON (--json) is a stable contract documented in docs/report.md.",
+    )
+    parser.add_argument("db", help="the stallwatch SQLite file")
+    parser.add_argument("--run", default="latest", help="run name, id, or 'latest' (default)")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--live", action="store_true", help="diagnose a run that is still being recorded")
+    window = parser.add_mutually_exclusive_group()
+    window.add_argument("--window-s", type=_positive_float, default=None, help="only the last SECONDS of batches")
+    window.add_argument("--last-batches", type=_batch_count, default=None, help="only the last N batches")
+    parser.error = _one_line_error
+    parse_known = parser.parse_known_args
+
+    def parse_strict(args: Any = None, namespace: Any = None) -> tuple[argparse.Namespace, list[str]]:
+        # The top-level parser would report leftovers in two lines of usage; say it in one here.
+        parsed, extras = parse_known(args, namespace)
+        if extras:
+            _one_line_error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
+    parser.parse_known_args = parse_strict
+    parser.set_defaults(handler=_main)
+
+
+def _one_line_error(message: str) -> NoReturn:
+    """argparse prints usage over several lines; one line says enough."""
+    print(f"stallwatch: report: {message} (see python -m collector report --help)", file=sys.stderr)
+    raise SystemExit(EXIT_USAGE)
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _batch_count(text: str) -> int:
+    if not text.isdigit() or int(text) < 2:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 2, got {text!r}")
+    return int(text)
+
+
+def _main(args: argparse.Namespace) -> int:
+    from collector.diagnosis import diagnose
+
+    try:
+        report = diagnose(args.db, args.run, window_s=args.window_s, last_batches=args.last_batches, live=args.live)
+    except StallwatchError:
+        raise  # cli.main prints it on one line and exits 2
+    except Exception as exc:  # noqa: BLE001 - the CLI's boundary: one line, never a traceback
+        print(f"stallwatch: cannot diagnose {args.db}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        print(json.dumps(report.to_dict(), indent=2, default=str) if args.json else render(report), flush=True)
+    except BrokenPipeError:  # `report ... | head`: the reader left; not an error
+        sys.stderr.close()
+    return 0
+
+
+def _ms(seconds: float | None) -> str:
+    return "n/a" if seconds is None else f"{seconds * 1000:.1f} ms"
+
+
+def render(report: Report) -> str:
+    """The report as readable text."""
+    run, s = report.run, report.summary
+    cfg, host = run.get("config") or {}, run.get("host") or {}
+    gpus = host.get("gpus") or []
+    lines = [
+        f"run {run.get('id')} {run.get('name')!r} ({run.get('status')}): {s['batches']} batches in {s['wall_s']:.1f} s"
+        + ("" if not s.get("window") else f" (window {s['window']})"),
+        "config: "
+        + " ".join(
+            f"{k}={cfg.get(k)}"
+            for k in ("batch_size", "num_workers", "pin_memory", "prefetch_factor", "persistent_workers")
+        ),
+        f"host: {host.get('usable_cores')} usable cores ({host.get('physical_cores')} physical), "
+        f"{(host.get('ram_bytes') or 0) / 2**30:.1f} GiB RAM, " + (f"{len(gpus)} GPU(s)" if gpus else "no GPU sampled"),
+        "",
+        f"verdict: {report.verdict.upper()}: stalled for data {s['stall_fraction']:.0%} of the time after warm-up "
+        f"({s['data_wait_fraction']:.0%} of all time in next())",
+    ]
+    util = s.get("gpu_util_pct")
+    util_text = "n/a" if not util else f"mean {util['mean']:.0f}% p5 {util['p5']:.0f}% p95 {util['p95']:.0f}%"
+    lines.append(
+        f"  {s['batches_per_s']:.1f} batches/s (steady {s['steady_batches_per_s']:.1f}); wait p50 "
+        f"{_ms(s['wait_s']['p50'])} p95 {_ms(s['wait_s']['p95'])}; step p50 {_ms(s['step_s']['p50'])}; "
+        f"GPU util {util_text}"
+    )
+    if s.get("warmup_s") or s.get("epoch_start_lost_s"):
+        lines.append(f"  warm-up {s['warmup_s']:.2f} s; epoch starts lost {s['epoch_start_lost_s']:.2f} s")
+    if report.symptoms:
+        lines += ["", "symptoms:"]
+        lines += [f"  [{x.severity}] {x.id} (confidence {x.confidence:.2f}): {x.evidence}" for x in report.symptoms]
+    if report.suggestions:
+        lines += ["", "suggestions:"]
+        for g in report.suggestions:
+            gain = "" if g.expected_speedup is None else f", expected {g.expected_speedup:.2f}x"
+            thumb = "" if g.rule_of_thumb is None else f"; rule of thumb: {g.rule_of_thumb}"
+            lines.append(f"  {g.parameter}: {g.current} -> {g.suggested}{gain}{thumb}")
+            lines.append(f"      {g.reason}")
+        change = report.code_change()
+        if change:
+            lines.append(f"  paste: {change}")
+    if report.notes:
+        lines += ["", "notes:"]
+        lines += [f"  - {n}" for n in report.notes]
+    return "\n".join(lines)
