@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import queue
 import sqlite3
 import threading
 import time
@@ -17,6 +16,7 @@ from collector.cuda_idle import IdleResolver
 from collector.host import HostSampler
 from collector.nvml import Nvml
 from collector.store.writer import GPU_IDLE_UPDATE, Store, batch_insert_sql, fetch_insert_sql
+from collector.worker_timing import TimingRings
 
 
 class CollectorWarning(RuntimeWarning):
@@ -27,7 +27,6 @@ FLUSH_INTERVAL_S = 0.2  # the issue asks for at least every 250 ms
 HEARTBEAT_INTERVAL_S = 1.0
 DETAIL_MEMORY_INTERVAL_S = 5.0  # USS/PSS walk page tables: expensive
 DEVICE_REFRESH_INTERVAL_S = 5.0
-MAX_FETCHES_PER_TICK = 50_000
 
 
 @dataclass(frozen=True)
@@ -66,7 +65,7 @@ class Shared:
     epoch_events: deque[tuple[Any, ...]]
     resolver: IdleResolver
     stride: list[int]  # describe every stride-th batch; see NOTE [ Batch size sampling ]
-    fetch_queue: Any = None
+    timing_rings: TimingRings | None = None  # created when the first workers start
     status: dict[str, Any] = field(default_factory=dict)  # set by the training thread on crash
 
 
@@ -265,17 +264,14 @@ class Monitor(threading.Thread):
                 row[5] = rest[0]
             self._dirty_epochs.add(epoch)
 
-    def _drain_fetches(self) -> list[tuple[Any, ...]]:
-        q = self.shared.fetch_queue
-        out: list[tuple[Any, ...]] = []
-        if q is None:
-            return out
-        try:
-            while len(out) < MAX_FETCHES_PER_TICK:
-                out.append(q.get_nowait())
-        except (queue.Empty, EOFError, OSError):
-            pass
-        return out
+    def _drain_fetches(self) -> list[tuple[float, ...]]:
+        rings = self.shared.timing_rings
+        if rings is None:
+            return []
+        entries = rings.drain()
+        if rings.lost:
+            self.warn("timing-lost", f"{rings.lost} worker fetch timings were overwritten before they were read")
+        return entries
 
     def _flush(self, wall: float, beat: bool, final: bool) -> None:
         def wall_of(t_ns: int) -> float:

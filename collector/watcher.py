@@ -23,7 +23,7 @@ from collector.cuda_idle import IdleResolver
 from collector.host import host_facts
 from collector.monitor import Monitor, Rates, RunStart, Shared
 from collector.runinfo import command_line, distributed, loader_config, versions
-from collector.worker_timing import WorkerHook
+from collector.worker_timing import TimingRings, WorkerHook
 
 DEFAULT_DB = "stallwatch.sqlite"
 # NOTE [ Bounded buffer ]
@@ -56,7 +56,7 @@ class Session:
         self.loader = loader
         self._iterate = iterate  # `collector run` passes DataLoader's original __iter__
         self.shared = Shared(
-            records={shape: deque(maxlen=BUFFER_RECORDS) for shape in ("fast", "queue", "rich")},
+            records={shape: deque(maxlen=BUFFER_RECORDS) for shape in ("fast", "queue", "sampled")},
             epoch_events=deque(maxlen=100_000),
             resolver=IdleResolver(),
             stride=[1],
@@ -105,11 +105,11 @@ class Session:
         # Fresh worker processes start in iter(): hand them the timing hook for
         # this call only, so the user's loader keeps its own worker_init_fn.
         # See NOTE [ Worker timing ].
-        if self.shared.fetch_queue is None:
+        if self.shared.timing_rings is None:
             context = loader.multiprocessing_context or multiprocessing.get_context()
-            self.shared.fetch_queue = context.Queue()
+            self.shared.timing_rings = TimingRings(context, workers)
         original = loader.worker_init_fn
-        loader.worker_init_fn = WorkerHook(self.shared.fetch_queue, original)
+        loader.worker_init_fn = WorkerHook(self.shared.timing_rings, original)
         try:
             return self._iterate(loader)
         finally:
@@ -123,7 +123,8 @@ class Session:
 
     def _plain_loop(self, it: Iterator[Any], epoch: int, t_start: int) -> Iterator[Any]:
         append_fast = self.shared.records["fast"].append
-        append_rich = self.shared.records["rich"].append
+        append_sampled = self.shared.records["sampled"].append
+        cpu_clock = time.thread_time_ns
         counter = self._counter
         stride = self.shared.stride
         clock = time.perf_counter_ns
@@ -132,16 +133,24 @@ class Session:
         idx = 0
         try:
             while True:
-                t0 = clock()
-                try:
-                    batch = nxt()
-                except StopIteration:
-                    return
-                t1 = clock()
                 if idx % stride[0]:  # See NOTE [ Record shapes ] in collector/store/writer.py
+                    t0 = clock()
+                    try:
+                        batch = nxt()
+                    except StopIteration:
+                        return
+                    t1 = clock()
                     append_fast((next(counter), epoch, idx, t0, t1, prev))
                 else:
-                    append_rich((next(counter), epoch, idx, t0, t1, prev, *NO_QUEUE, *describe_batch(batch)))
+                    c0 = cpu_clock()
+                    t0 = clock()
+                    try:
+                        batch = nxt()
+                    except StopIteration:
+                        return
+                    t1 = clock()
+                    cpu_ns = cpu_clock() - c0
+                    append_sampled((next(counter), epoch, idx, t0, t1, prev, *NO_QUEUE, *describe_batch(batch), cpu_ns))
                 if idx == 0:
                     self.shared.epoch_events.append(("first", epoch, t_start, t1))
                 prev = t1
@@ -159,7 +168,8 @@ class Session:
         self, it: Iterator[Any], epoch: int, t_start: int, probe: loader_probe.Probe | None, cuda: bool
     ) -> Iterator[Any]:
         append_queue = self.shared.records["queue"].append
-        append_rich = self.shared.records["rich"].append
+        append_sampled = self.shared.records["sampled"].append
+        cpu_clock = time.thread_time_ns
         counter = self._counter
         stride = self.shared.stride
         clock = time.perf_counter_ns
@@ -176,12 +186,15 @@ class Session:
                 if new_event is not None:
                     before = new_event()
                     before.record()
+                sampled = idx % stride[0] == 0
+                c0 = cpu_clock() if sampled else 0
                 t0 = clock()
                 try:
                     batch = nxt()
                 except StopIteration:
                     return
                 t1 = clock()
+                cpu_ns = cpu_clock() - c0 if sampled else 0
                 if new_event is not None:
                     after = new_event()
                     after.record()
@@ -193,12 +206,11 @@ class Session:
                 else:
                     w, seq = last
                     worker = (w, pids[w] if w < len(pids) else None, incarnation, seq)
-                if idx % stride[0]:
-                    append_queue((next(counter), epoch, idx, t0, t1, prev, ready, in_flight, *worker))
+                if sampled:
+                    info = describe_batch(batch)
+                    append_sampled((next(counter), epoch, idx, t0, t1, prev, ready, in_flight, *worker, *info, cpu_ns))
                 else:
-                    append_rich(
-                        (next(counter), epoch, idx, t0, t1, prev, ready, in_flight, *worker, *describe_batch(batch))
-                    )
+                    append_queue((next(counter), epoch, idx, t0, t1, prev, ready, in_flight, *worker))
                 if idx == 0:
                     self.shared.epoch_events.append(("first", epoch, t_start, t1))
                 prev = t1
@@ -231,10 +243,6 @@ class Session:
         if threading.current_thread() is not self.monitor:
             self.monitor.join(timeout_s)
         _open_sessions.discard(self)
-        queue = self.shared.fetch_queue
-        if queue is not None:
-            queue.close()
-            queue.cancel_join_thread()
 
 
 def is_watched(loader: Any) -> bool:

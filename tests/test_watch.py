@@ -171,3 +171,21 @@ def test_generated_run_names_are_readable(db_path):
         list(watched)
     name = Reader(db_path).run("latest")["name"]
     assert name.count("-") == 2 and name.split("-")[0].isalpha()
+
+
+def test_cpu_spent_inside_next_is_recorded_for_sampled_batches(db_path):
+    from collector.demo import ComputeDataset
+
+    loader = DataLoader(ComputeDataset(8, cpu_s=0.01), batch_size=2)
+    with quiet(loader, db_path) as watched:
+        list(watched)
+        run_id = watched.run_id
+    batches = Reader(db_path).batches(run_id)
+    assert batches.load_cpu_s.notna().all()  # a slow loop: every batch is sampled
+    assert (batches.load_cpu_s >= 0.018).all()  # 2 samples x 10 ms of CPU each
+    sleepy = DataLoader(SlowDataset(4, sleep_s=0.02), batch_size=2)
+    with quiet(sleepy, db_path) as watched:
+        list(watched)
+        run_id = watched.run_id
+    batches = Reader(db_path).batches(run_id)
+    assert (batches.load_cpu_s < 0.01).all() and (batches.wait_s >= 0.04).all()  # waiting, not computing

@@ -23,7 +23,7 @@ JSON_COLUMNS = ("tags", "config", "host", "versions", "warnings")
 
 BATCH_COLUMNS = (
     "b.epoch, b.idx, b.ts, b.wait_s, b.step_s, b.ready, b.in_flight, b.worker_id,"
-    " b.worker_pid, b.samples, b.nbytes, b.pinned, b.gpu_idle_s,"
+    " b.worker_pid, b.samples, b.nbytes, b.pinned, b.gpu_idle_s, b.load_cpu_s,"
     " f.wall_s AS worker_wall_s, f.cpu_s AS worker_cpu_s, f.started_at AS worker_started_at"
 )
 BATCH_JOIN = (

@@ -65,6 +65,7 @@ CREATE TABLE IF NOT EXISTS batches (
     nbytes INTEGER,
     pinned INTEGER,                  -- 1 if every tensor is in pinned memory
     gpu_idle_s REAL,                 -- GPU stream idle during the wait (CUDA events)
+    load_cpu_s REAL,                 -- CPU the training thread spent inside next() (sampled batches)
     PRIMARY KEY (run_id, epoch, idx)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS worker_fetches (

@@ -32,6 +32,7 @@ INSERTS = {
 #   fast   (n, epoch, idx, t_request_ns, t_return_ns, t_prev_return_ns)
 #   queue  fast + (ready, in_flight, worker_id, worker_pid, worker_incarnation, worker_seq)
 #   rich   queue + (samples, nbytes, pinned)
+#   sampled  rich + (load_cpu_ns): the batches whose size is also measured
 # ``n`` counts records for drop detection and is not stored.
 SHAPE_COLUMNS = {
     "fast": (),
@@ -48,6 +49,7 @@ SHAPE_COLUMNS = {
         "pinned",
     ),
 }
+SHAPE_COLUMNS["sampled"] = (*SHAPE_COLUMNS["rich"], "load_cpu_s")
 
 
 def batch_insert_sql(run_id: int, wall0_s: float, perf0_ns: int, shape: str = "rich") -> str:
@@ -67,7 +69,7 @@ def batch_insert_sql(run_id: int, wall0_s: float, perf0_ns: int, shape: str = "r
             ts,
             "MAX(0.0, (?5 - ?4) / 1e9)",
             "MAX(0.0, (?4 - ?6) / 1e9)",
-            *(f"?{7 + i}" for i in range(len(extra))),
+            *(f"?{7 + i}" if column != "load_cpu_s" else f"?{7 + i} / 1e9" for i, column in enumerate(extra)),
         )
     )
     return f"INSERT OR REPLACE INTO batches ({columns}) VALUES ({values})"
