@@ -19,6 +19,12 @@ from collector.store.writer import Store
 HOST_2 = {"physical_cores": 2, "logical_cores": 2, "usable_cores": 2, "ram_bytes": 16 * 2**30, "gpus": []}
 T0 = 1_700_000_000.0
 
+# the columns these fixtures fill (load_cpu_s, added later, stays NULL)
+BATCH_FIXTURE_COLUMNS = (
+    "run_id, epoch, idx, ts, wait_s, step_s, ready, in_flight, worker_id, worker_pid,"
+    " worker_incarnation, worker_seq, samples, nbytes, pinned, gpu_idle_s"
+)
+
 
 @dataclass
 class Synthetic:
@@ -143,7 +149,7 @@ def write_synthetic(path: str, spec: Synthetic) -> int:
         },
         run_id=run_id,
         statements=[
-            ("INSERT INTO batches VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows),
+            (f"INSERT INTO batches ({BATCH_FIXTURE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows),
             ("INSERT INTO worker_fetches VALUES (?,?,?,?,?,?,?,?)", fetches),
         ],
     )
