@@ -6,6 +6,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from collector.errors import StallwatchError
 
@@ -20,8 +21,15 @@ SUBCOMMANDS = {
 EXIT_USAGE = 2
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """Usage errors as one line on stderr and exit code 2, without the usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m collector",
         description="stallwatch: see and fix a GPU starved by its DataLoader.",
     )
