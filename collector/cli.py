@@ -25,7 +25,18 @@ class OneLineParser(argparse.ArgumentParser):
     """Usage errors as one line on stderr and exit code 2, without the usage block."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see --help)\n")
+        self.exit(EXIT_USAGE, f"stallwatch: {message} (see {self.prog} --help)\n")
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a number above zero."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:

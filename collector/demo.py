@@ -12,6 +12,8 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from collector.cli import positive_float
+
 
 class SleepDataset(Dataset[tuple[torch.Tensor, int]]):
     """Imitates reading from slow storage: each sample sleeps ``sleep_s`` (no CPU used)."""
@@ -139,17 +141,10 @@ def add_parser(subparsers: Any) -> None:
         + "; ".join(f"{k}: {v.description}" for k, v in SCENARIOS.items()),
     )
     parser.add_argument("--db", default=os.environ.get("STALLWATCH_DB", "stallwatch.sqlite"), help="SQLite file")
-    parser.add_argument("--seconds", type=_positive, default=20.0, help="how long to train (default 20)")
+    parser.add_argument("--seconds", type=positive_float, default=20.0, help="how long to train (default 20)")
     parser.add_argument("--scenario", choices=sorted(SCENARIOS), default="starved")
     parser.add_argument("--run", default=None, help="run name (default demo-SCENARIO)")
     parser.set_defaults(handler=_main)
-
-
-def _positive(text: str) -> float:
-    value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
 
 
 def _main(args: argparse.Namespace) -> int:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, NoReturn
+from typing import Any
 
+from collector.cli import positive_float
 from collector.errors import StallwatchError
 from collector.findings import Report
 
@@ -25,36 +26,9 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--live", action="store_true", help="diagnose a run that is still being recorded")
     window = parser.add_mutually_exclusive_group()
-    window.add_argument("--window-s", type=_positive_float, default=None, help="only the last SECONDS of batches")
+    window.add_argument("--window-s", type=positive_float, default=None, help="only the last SECONDS of batches")
     window.add_argument("--last-batches", type=_batch_count, default=None, help="only the last N batches")
-    parser.error = _one_line_error
-    parse_known = parser.parse_known_args
-
-    def parse_strict(args: Any = None, namespace: Any = None) -> tuple[argparse.Namespace, list[str]]:
-        # The top-level parser would report leftovers in two lines of usage; say it in one here.
-        parsed, extras = parse_known(args, namespace)
-        if extras:
-            _one_line_error(f"unrecognized arguments: {' '.join(extras)}")
-        return parsed, extras
-
-    parser.parse_known_args = parse_strict
     parser.set_defaults(handler=_main)
-
-
-def _one_line_error(message: str) -> NoReturn:
-    """argparse prints usage over several lines; one line says enough."""
-    print(f"stallwatch: report: {message} (see python -m collector report --help)", file=sys.stderr)
-    raise SystemExit(EXIT_USAGE)
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
 
 
 def _batch_count(text: str) -> int:

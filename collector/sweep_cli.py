@@ -8,6 +8,7 @@ import sys
 import time
 from typing import Any, TextIO
 
+from collector.cli import positive_float
 from collector.errors import StallwatchError
 from collector.sweep import DEFAULT_BUDGET_S, DEFAULT_TRIAL_S, Progress, SweepConfig, SweepResult, run_sweep
 from collector.sweep_grid import DEFAULT_PREFETCH, Grid, Setting, default_workers, parse_bools, parse_ints
@@ -33,13 +34,13 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--db", default=os.environ.get("STALLWATCH_DB", "stallwatch.sqlite"), help="SQLite file")
     parser.add_argument(
         "--budget-s",
-        type=_positive,
+        type=positive_float,
         default=DEFAULT_BUDGET_S,
         help=f"time for the whole sweep (default {DEFAULT_BUDGET_S:g})",
     )
     parser.add_argument(
         "--trial-s",
-        type=_positive,
+        type=positive_float,
         default=DEFAULT_TRIAL_S,
         help=f"measured seconds per setting, after warm-up (default {DEFAULT_TRIAL_S:g})",
     )
@@ -49,26 +50,16 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--persistent-workers", help="persistent_workers values (default false,true)")
     parser.add_argument("--batch-size", help="batch_size values, e.g. 32,64 (default: the factory's own)")
     paced = parser.add_mutually_exclusive_group()
-    paced.add_argument("--step-ms", type=_positive, help="pace consumption: the model's step per batch, in ms")
+    paced.add_argument("--step-ms", type=positive_float, help="pace consumption: the model's step per batch, in ms")
     paced.add_argument("--like-run", metavar="DB:RUN", help="pace like a recorded run: its median step time")
     parser.add_argument(
         "--warmup-batches", type=int, help="batches kept out of throughput (default workers x prefetch + 1)"
     )
     parser.add_argument(
-        "--max-memory-gb", type=_positive, help="do not raise num_workers past this RSS (main + workers)"
+        "--max-memory-gb", type=positive_float, help="do not raise num_workers past this RSS (main + workers)"
     )
     parser.add_argument("--full-grid", action="store_true", help="try every setting on the grid, in cost order")
     parser.set_defaults(handler=_main)
-
-
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number, got {text}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
 
 
 def _main(args: argparse.Namespace) -> int:
