@@ -166,10 +166,10 @@ def speed(batches: int = 1_000_000) -> None:
     t0 = time.perf_counter()
     with store.transaction() as conn:
         conn.executemany(
-            "INSERT INTO batches VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "INSERT INTO batches VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 (run_id, i // epoch_len, i % epoch_len, float(ts[i]), float(wait[i]), float(step[i]), 2, 8,
-                 i % 4, 100 + i % 4, i // epoch_len, (i % epoch_len) // 4, 32, 1 << 20, 0, None)
+                 i % 4, 100 + i % 4, i // epoch_len, (i % epoch_len) // 4, 32, 1 << 20, 0, None, None)
                 for i in range(batches)
             ),
         )  # fmt: skip
@@ -218,6 +218,15 @@ def main() -> int:
     parser.add_argument("--speed-only", action="store_true")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
+    # NOTE [ One intra-op thread in the bench ]
+    # The step imitates GPU work: a 10 ms sleep beside a tiny CPU model. With
+    # torch's default of one intra-op thread per core, that model's OpenMP
+    # threads compete with the loader for the 2 cores: with num_workers=0 the
+    # 10 ms sleep read 12.5-13 ms and forward/backward 6.7 ms (0.7 ms alone);
+    # with CPU-bound workers an OpenMP barrier waits for a descheduled thread
+    # and the step read 18-33 ms. On a GPU the step's kernels run off the CPU,
+    # so the bench keeps the model on one thread, as `collector.demo` does.
+    torch.set_num_threads(1)
     ok = True
     if not args.speed_only:
         DB = os.path.join(tempfile.mkdtemp(prefix="stallwatch-bench-"), "sweep.sqlite")

@@ -22,7 +22,7 @@ T0 = 1_700_000_000.0
 # the columns these fixtures fill (load_cpu_s, added later, stays NULL)
 BATCH_FIXTURE_COLUMNS = (
     "run_id, epoch, idx, ts, wait_s, step_s, ready, in_flight, worker_id, worker_pid,"
-    " worker_incarnation, worker_seq, samples, nbytes, pinned, gpu_idle_s"
+    " worker_incarnation, worker_seq, samples, nbytes, pinned, gpu_idle_s, load_cpu_s"
 )
 
 
@@ -43,6 +43,7 @@ class Synthetic:
     pinned: Any = None
     nbytes: int | None = 1 << 20
     gpu_idle_s: Any = None
+    load_cpu_s: Any = None  # CPU inside next() (num_workers=0); None: not sampled
     gpu_util: Any = None  # function ts -> util, or None
     gpu_hz: float = 10.0
     main_cpu_pct: float | None = None
@@ -110,7 +111,7 @@ def write_synthetic(path: str, spec: Synthetic) -> int:
                 run_id, int(epoch[i]), int(idx[i]), float(ts[i]), float(wait[i]),
                 None if idx[i] == 0 else float(step[i]), col(spec.ready, i), None, w, pid,
                 None if w is None else 0, None if w is None else seq, spec.config.get("batch_size"),
-                spec.nbytes, col(spec.pinned, i), col(spec.gpu_idle_s, i),
+                spec.nbytes, col(spec.pinned, i), col(spec.gpu_idle_s, i), col(spec.load_cpu_s, i),
             )
         )  # fmt: skip
         if spec.worker_wall_s is not None and pid is not None:
@@ -149,7 +150,7 @@ def write_synthetic(path: str, spec: Synthetic) -> int:
         },
         run_id=run_id,
         statements=[
-            (f"INSERT INTO batches ({BATCH_FIXTURE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows),
+            (f"INSERT INTO batches ({BATCH_FIXTURE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows),
             ("INSERT INTO worker_fetches VALUES (?,?,?,?,?,?,?,?)", fetches),
         ],
     )
@@ -218,13 +219,18 @@ def record(
     loader = DataLoader(dataset, **loader_kwargs)
     model = torch.nn.Linear(dataset[0][0].numel(), 10)
     deadline = time.monotonic() + seconds
-    with watch(loader, db=db, run=name, gpu_hz=0) as watched:
-        while time.monotonic() < deadline:
-            for features, _ in watched:
-                model(features).sum().backward()
-                time.sleep(step_s)
-                if time.monotonic() >= deadline:
-                    break
-        run_id = watched.run_id
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # See NOTE [ One intra-op thread in the bench ] in bench/bench_diagnosis.py
+    try:
+        with watch(loader, db=db, run=name, gpu_hz=0) as watched:
+            while time.monotonic() < deadline:
+                for features, _ in watched:
+                    model(features).sum().backward()
+                    time.sleep(step_s)
+                    if time.monotonic() >= deadline:
+                        break
+            run_id = watched.run_id
+    finally:
+        torch.set_num_threads(threads)
     assert run_id is not None
     return run_id

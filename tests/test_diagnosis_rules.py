@@ -170,10 +170,10 @@ def test_each_scenario_gets_exactly_its_symptoms(tmp_path: Path, case: str) -> N
 @pytest.mark.parametrize(
     ("case", "parameter", "check"),
     [
-        ("cpu loading in the main process", "num_workers", lambda v: v == 2),
+        ("cpu loading in the main process", "num_workers", lambda v: v == 3),  # 2 cores + 1 spare
         ("io loading in the main process", "num_workers", lambda v: v >= 3),
         ("io-bound workers, too few", "num_workers", lambda v: v >= 6),
-        ("cpu-bound workers outnumber the cores", "num_workers", lambda v: v <= 2),
+        ("cpu-bound workers outnumber the cores", "num_workers", lambda v: v <= 3),
         ("bursts empty a shallow queue", "prefetch_factor", lambda v: v == 5),
         ("workers restart every epoch", "persistent_workers", lambda v: v is True),
         ("pageable batches on CUDA", "pin_memory", lambda v: v is True),
@@ -300,8 +300,9 @@ MODEL = dict(step_s=0.010, handoff_s=0.001, step_cpu_s=0.002, free_cores=2.0, ma
     [
         (0.040, 0.001, 6, "loop"),  # I/O: 3.7 workers keep up; 50% headroom -> 6, past the 2 cores
         (0.100, 0.001, 14, "loop"),  # slow storage: many more workers than cores
-        (0.000, 0.016, 2, "loop"),  # CPU-bound, cheap enough for 2 cores
-        (0.000, 0.060, 2, "cpu"),  # CPU-bound, too dear: capped at the 2 free cores
+        (0.000, 0.016, 3, "loop"),  # CPU-bound, needs both cores: 2 + 1 spare (see NOTE [ Spare CPU worker ])
+        (0.000, 0.004, 1, "loop"),  # CPU-bound, cheap: one worker keeps up, no spare
+        (0.000, 0.060, 3, "cpu"),  # CPU-bound, too dear: capped at the 2 free cores + 1 spare
     ],
 )
 def test_model_scales_io_past_the_cores_and_cpu_up_to_them(
@@ -312,6 +313,46 @@ def test_model_scales_io_past_the_cores_and_cpu_up_to_them(
     assert model.limit(best) == limit
     assert model.throughput(best) >= 0.97 * max(model.throughput(n) for n in range(64))
     assert model.throughput(0) == pytest.approx(1 / (0.010 + load_io_s + load_cpu_s))
+
+
+def test_cpu_bound_loading_slows_the_loop_that_shares_its_cores() -> None:
+    """See NOTE [ Contention ]: the loop waits for a core in proportion to the cores loading keeps busy."""
+    io = LoaderModel(load_io_s=0.030, load_cpu_s=0.0005, **MODEL)  # type: ignore[arg-type]
+    cpu = LoaderModel(load_io_s=0.000, load_cpu_s=0.016, **MODEL)  # type: ignore[arg-type]
+    uncontended = 1 / (0.010 + 0.001)
+    assert io.loop_limit() == pytest.approx(uncontended, rel=0.01)
+    x = cpu.loop_limit()
+    assert x < 0.95 * uncontended
+    assert x == pytest.approx(1 / (0.011 + cpu.contention_s * x * 0.016 / 2.0))  # the fixed point
+    assert cpu.contention_at(x) == pytest.approx(cpu.contention_s * cpu.busy_share(x))
+
+
+def test_contention_measured_with_workers_is_not_counted_twice() -> None:
+    cpu = LoaderModel(load_io_s=0.000, load_cpu_s=0.016, **MODEL)  # type: ignore[arg-type]
+    x = cpu.loop_limit()
+    stretched = dataclasses.replace(
+        cpu, handoff_s=0.001 + cpu.contention_at(x), measured_contention_s=cpu.contention_at(x)
+    )
+    assert stretched.loop_limit() == pytest.approx(x)
+
+
+def test_next_cpu_time_replaces_the_estimate_without_workers(tmp_path: Path) -> None:
+    """load_cpu_s says how much of the wait was decoding: here 25 of 30 ms, whatever the process CPU suggests."""
+    from collector.diagnosis.data import load_run
+    from collector.diagnosis.stats import measure
+
+    path = str(tmp_path / "run.sqlite")
+    load_cpu = np.where(np.arange(N) % 2 == 0, 0.025, np.nan)  # every other batch sampled
+    write_synthetic(path, Synthetic(wait_s=np.full(N, 0.030), step_s=0.010, main_cpu_pct=30.0, load_cpu_s=load_cpu))
+    facts = measure(load_run(path))
+    assert facts.load_cpu_known
+    assert facts.load_cpu_s == pytest.approx(0.025, rel=0.01)
+    assert facts.load_cpu_upper == pytest.approx(0.025 / 0.030, rel=0.01)
+    unsampled = str(tmp_path / "estimate.sqlite")
+    write_synthetic(unsampled, Synthetic(wait_s=np.full(N, 0.030), step_s=0.010, main_cpu_pct=30.0))
+    estimated = measure(load_run(unsampled))
+    assert not estimated.load_cpu_known and estimated.load_cpu_s is not None
+    assert estimated.load_cpu_s < 0.025  # 30% of a core cannot cover 25 of every 40 ms
 
 
 def test_model_respects_the_memory_cap() -> None:

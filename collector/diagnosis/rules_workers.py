@@ -67,7 +67,9 @@ def io_bound_fetch(
     share = 1.0 - cpu_share(model)
     if share < io_share:
         return None
-    how = "measured in the workers" if facts.load_cpu_known else "estimated from the main process's CPU"
+    how = "estimated from the main process's CPU"
+    if facts.load_cpu_known:
+        how = "measured in the workers" if facts.num_workers else "measured inside next()"
     disk = "" if facts.disk_read_bps is None else f"; the disks read {facts.disk_read_bps / 2**20:.1f} MiB/s meanwhile"
     return Symptom(
         id="io_bound_fetch",

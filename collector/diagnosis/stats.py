@@ -12,6 +12,7 @@ from collector.diagnosis.data import RunData
 from collector.diagnosis.phases import STEADY, WARMUP, epoch_starts, label_phases
 
 MIN_HANDOFF_BATCHES = 10  # ready batches needed before their median wait counts as the hand-off cost
+MIN_SAMPLED_LOADS = 5  # num_workers=0: sampled next() CPU times needed before they replace the estimate
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ class Facts:
     background_cores: float  # busy cores that are neither the main process nor its workers
     load_wall_s: float | None  # per batch: producing it, wall time (one worker, or next() with none)
     load_cpu_s: float | None  # per batch: CPU time producing it
-    load_cpu_known: bool  # True from worker timing; False when estimated from process CPU
+    load_cpu_known: bool  # True from worker timing or next() CPU; False when estimated from process CPU
     load_cpu_upper: float | None  # num_workers=0: the most of a core loading can have used (see NOTE)
     step_cpu_s: float  # per batch: main-process CPU outside loading
     fetch_concurrency: float | None  # workers fetching at once, on average
@@ -142,7 +143,7 @@ def measure(data: RunData) -> Facts:
         load_wall_s=load_wall,
         load_cpu_s=load_cpu,
         load_cpu_known=known,
-        load_cpu_upper=_upper_share(main_cpu, load_wall, cycle) if n_workers == 0 else None,
+        load_cpu_upper=_load_share(known, load_cpu, main_cpu, load_wall, cycle) if n_workers == 0 else None,
         step_cpu_s=step_cpu,
         fetch_concurrency=concurrency,
         cuda=gpu_known > 0,
@@ -184,6 +185,15 @@ def _cpu(data: RunData, after_ts: float) -> tuple[float | None, float | None, fl
     return main_cpu, worker_cpu, background
 
 
+def _load_share(
+    known: bool, load_cpu: float | None, main_cpu: float | None, load_wall: float | None, cycle: float
+) -> float | None:
+    """With num_workers=0: the share of a core loading used, measured when known, else its upper bound."""
+    if known and load_cpu is not None and load_wall:
+        return min(1.0, load_cpu / load_wall)
+    return _upper_share(main_cpu, load_wall, cycle)
+
+
 def _upper_share(main_cpu: float | None, load_wall: float | None, cycle: float) -> float | None:
     """With num_workers=0: main-process CPU / wait share, the most of a core loading can have used."""
     if main_cpu is None or not load_wall or cycle <= 0:
@@ -198,14 +208,24 @@ def _load(
 
     NOTE [ Load time without workers ]
     With num_workers=0 the batch is produced inside next(), so its wall time is
-    the wait. Its CPU time is not recorded per batch; the main process's CPU
-    share m bounds it: with w the wait share of a cycle, loading used between
-    max(0, m - (1 - w)) / w and min(1, m / w) of a core while it ran. We take
-    the middle of that range (the step's CPU is the other unknown).
+    the wait. Its CPU time is the training thread's CPU inside next(), recorded
+    on sampled batches (``load_cpu_s``): the CPU share of the sampled waits,
+    applied to the mean wait. Without it (older files, fast loops where no batch
+    was sampled), the main process's CPU share m bounds it: with w the wait
+    share of a cycle, loading used between max(0, m - (1 - w)) / w and
+    min(1, m / w) of a core while it ran. We take the middle of that range (the
+    step's CPU is the other unknown).
     """
     wait = b["wait_s"].to_numpy()[steady]
     if n_workers == 0:
         load_wall = float(wait.mean())
+        sampled_cpu = b["load_cpu_s"].to_numpy()[steady] if "load_cpu_s" in b else np.full(len(wait), np.nan)
+        known = ~np.isnan(sampled_cpu)
+        if known.sum() >= MIN_SAMPLED_LOADS:
+            share = min(1.0, float(sampled_cpu[known].sum() / max(wait[known].sum(), 1e-12)))
+            load_cpu = load_wall * share
+            step_cpu = max(0.0, (main_cpu or 0.0) * cycle - load_cpu) if main_cpu is not None else 0.0
+            return load_wall, load_cpu, True, step_cpu, None
         if main_cpu is None or cycle <= 0:
             return load_wall, None, False, 0.0, None
         w = min(1.0, load_wall / cycle)

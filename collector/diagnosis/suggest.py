@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 from collector.diagnosis.model import LoaderModel
@@ -126,17 +127,32 @@ def _num_workers(
     fewer = n < facts.num_workers and "workers_exceed_cores" in symptoms
     if speedup < min_speedup and not fewer:
         return None
+    after = model.throughput(n)
+    loop = f"{_ms(model.step_s)} step + {_ms(model.handoff_s)} hand-off"
+    if model.measured_contention_s > 0:
+        loop += f" - {_ms(model.measured_contention_s)} of it spent waiting for a core now"
+    loop += (
+        f" + {_ms(model.contention_at(after))} waiting for a core (loading keeps {model.busy_share(after):.0%} "
+        f"of the {model.free_cores:.1f} cores busy; {_ms(model.contention_s)} at 100%)"
+    )
     limits = {
-        "loop": f"the training step ({_ms(model.step_s)} + {_ms(model.handoff_s)} hand-off) becomes the limit",
+        "loop": f"the training loop ({loop}) becomes the limit",
         "workers": f"{n} workers are the limit",
         "cpu": f"the {model.free_cores:.1f} free cores are the limit for CPU-bound loading",
     }
     produce = _ms(model.load_io_s + model.load_cpu_s)
     reason = (
         f"measured: a batch takes {produce} to produce ({_ms(model.load_cpu_s)} CPU) and the loop steps in "
-        f"{_ms(model.step_s)}; {n} workers produce {model.workers_limit(n):.0f} batches/s and "
-        f"{limits[model.limit(n)]}: {current:.1f} -> {model.throughput(n):.1f} batches/s"
+        f"{_ms(model.step_s)}; {n} workers could produce {min(model.workers_limit(n), model.cpu_limit()):.0f} batches/s "
+        "on these cores, and "
+        f"{limits[model.limit(n)]}: {current:.1f} -> {after:.1f} batches/s"
     )
+    cores = math.ceil(model.free_cores - 1e-9)
+    if model.load_cpu_s >= model.load_io_s and n > cores:
+        reason += (
+            f"; CPU-bound loading gets one worker per core plus {n - cores} spare: batches are handed over in "
+            "order, and a spare keeps the cores busy while a slowed worker holds the loop up"
+        )
     if fewer and speedup < min_speedup:
         reason += "; same speed with fewer workers frees cores and memory"
     return Suggestion(

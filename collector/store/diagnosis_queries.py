@@ -9,15 +9,26 @@ from collector.store.reader import BATCH_JOIN, Reader
 
 # NOTE [ Lean batch columns ]
 # A 1M-batch run through Reader.batches() builds a 16-column DataFrame from
-# Python tuples (several seconds). The diagnosis needs nine numeric columns:
+# Python tuples (several seconds). The diagnosis needs ten numeric columns:
 # they come back with NULL replaced by NaN through one float64 numpy array,
 # which is about twice as fast; batch sizes, pinning and CUDA idle time are
 # only needed as aggregates and are summed in SQL.
-LEAN_COLUMNS = ("epoch", "idx", "ts", "wait_s", "step_s", "ready", "worker_id", "worker_wall_s", "worker_cpu_s")
+LEAN_COLUMNS = (
+    "epoch",
+    "idx",
+    "ts",
+    "wait_s",
+    "step_s",
+    "ready",
+    "worker_id",
+    "worker_wall_s",
+    "worker_cpu_s",
+    "load_cpu_s",
+)
 _NULL = -1.0  # no stored value is negative: wait/step/wall/cpu are clamped, ids and depths are counts
 _SELECT = (
     "SELECT b.epoch, b.idx, b.ts, b.wait_s, IFNULL(b.step_s, -1.0), IFNULL(b.ready, -1),"
-    " IFNULL(b.worker_id, -1), IFNULL(f.wall_s, -1.0), IFNULL(f.cpu_s, -1.0) "
+    " IFNULL(b.worker_id, -1), IFNULL(f.wall_s, -1.0), IFNULL(f.cpu_s, -1.0), IFNULL(b.load_cpu_s, -1.0) "
 )
 
 
