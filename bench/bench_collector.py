@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import os
 import statistics
 import sys
@@ -23,7 +24,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 import collector
-from collector.store.writer import Store, batch_insert_sql
+from collector.store.writer import Store, batch_insert_json_sql, batch_insert_sql
 
 
 class Trivial(Dataset[int]):
@@ -109,17 +110,22 @@ def writer(rows: int, db: str) -> None:
         rank=None,
         world_size=None,
     )
-    sql = batch_insert_sql(run_id, time.time(), time.perf_counter_ns())
     chunk = 5_000  # about one 0.2 s flush at 25k batches/s
-    records = [
-        (n, 0, n, n * 1000, n * 1000 + 500, n * 1000 - 200, 3, 4, 1, 4242, 0, n // 2, 64, 4096, 1) for n in range(rows)
-    ]
-    started = time.perf_counter()
-    for i in range(0, rows, chunk):
-        store.write({}, statements=[(sql, records[i : i + chunk])])
-    elapsed = time.perf_counter() - started
+    fast = [(n, 0, n, n * 1000, n * 1000 + 500, n * 1000 - 200) for n in range(rows)]
+    queue = [(n, 1, n, n * 1000, n * 1000 + 500, n * 1000 - 200, 3, 4, 1, 4242, 0, n // 2) for n in range(rows)]
+    # as the monitor writes them: "fast" records row by row, "queue" records as one JSON array per chunk
+    row_sql = batch_insert_sql(run_id, time.time(), time.perf_counter_ns(), "fast")
+    json_sql = batch_insert_json_sql(run_id, time.time(), time.perf_counter_ns(), "queue")
+    for label, records, write in (
+        ("row by row (no workers)", fast, lambda part: [(row_sql, part)]),
+        ("one JSON array per chunk (workers)", queue, lambda part: [(json_sql, [(json.dumps(part),)])]),
+    ):
+        started = time.perf_counter()
+        for i in range(0, rows, chunk):
+            store.write({}, statements=write(records[i : i + chunk]))
+        elapsed = time.perf_counter() - started
+        print(f"writer, {label}: {rows:,} batch rows in {elapsed:.2f} s = {rows / elapsed:,.0f} rows/s")
     store.close()
-    print(f"writer: {rows:,} batch rows in {elapsed:.2f} s = {rows / elapsed:,.0f} rows/s (chunks of {chunk:,})")
 
 
 def main() -> None:

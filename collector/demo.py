@@ -106,8 +106,9 @@ def run_demo(
     scenario: str = "starved",
     run: str | None = None,
     progress: Callable[[float], None] | None = None,
+    max_batches: int | None = None,
 ) -> int | None:
-    """Train a tiny model on the CPU for ``seconds`` through ``watch``; returns the run id."""
+    """Train a tiny model on the CPU for ``seconds`` (or ``max_batches``) through ``watch``; returns the run id."""
     from collector.watched import watch
 
     spec = SCENARIOS[scenario]
@@ -117,8 +118,10 @@ def run_demo(
     optimiser = torch.optim.SGD(model.parameters(), lr=0.01)
     deadline = time.monotonic() + seconds
     started = time.monotonic()
+    batches = 0
     with watch(loader, db=db, run=run or f"demo-{scenario}", tags={"demo": scenario}) as watched:
-        while time.monotonic() < deadline:
+        done = False
+        while not done:
             for features, labels in watched:
                 loss = torch.nn.functional.cross_entropy(model(features), labels)
                 optimiser.zero_grad()
@@ -127,7 +130,9 @@ def run_demo(
                 time.sleep(spec.step_s)  # the GPU's share of the step
                 if progress is not None:
                     progress(min(1.0, (time.monotonic() - started) / seconds))
-                if time.monotonic() >= deadline:
+                batches += 1
+                done = time.monotonic() >= deadline or batches == max_batches
+                if done:
                     break
         return watched.run_id
 

@@ -21,7 +21,7 @@ from collector.demo import run_demo  # noqa: E402
 from collector.store.writer import Store  # noqa: E402
 
 APP = str(REPO / "app" / "streamlit_app.py")
-RECORD_S = 2.5
+RECORD_BATCHES = 60
 APP_TIMEOUT_S = 60.0
 
 
@@ -29,8 +29,9 @@ APP_TIMEOUT_S = 60.0
 def recorded_db(tmp_path_factory: pytest.TempPathFactory) -> str:
     """Two short real runs recorded by the collector: a starved loop, then a healthy one."""
     path = str(tmp_path_factory.mktemp("recorded") / "stallwatch.sqlite")
-    run_demo(path, RECORD_S, "starved")
-    run_demo(path, RECORD_S, "healthy")
+    # A batch budget, not only a time one: a busy machine must not leave a run too short to diagnose.
+    run_demo(path, 30.0, "starved", max_batches=RECORD_BATCHES)
+    run_demo(path, 30.0, "healthy", max_batches=RECORD_BATCHES)
     return path
 
 

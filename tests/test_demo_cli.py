@@ -10,17 +10,17 @@ from collector.store.reader import Reader
 
 
 def test_demo_starved_records_a_completed_run_that_waits_for_each_batch(db_path):
-    run_id = run_demo(db_path, seconds=2.0, scenario="starved")
+    run_id = run_demo(db_path, seconds=30.0, scenario="starved", max_batches=40)
     reader = Reader(db_path)
     run = reader.run(run_id)
     batches = reader.batches(run_id)
     assert run["status"] == "completed" and run["tags"] == {"demo": "starved"}
-    assert len(batches) >= 10
+    assert len(batches) == 40
     assert batches.wait_s.median() >= 0.030  # 16 samples x 2 ms of "storage" per batch, in the loop's own process
 
 
 def test_demo_healthy_barely_waits(db_path):
-    run_id = run_demo(db_path, seconds=3.0, scenario="healthy")
+    run_id = run_demo(db_path, seconds=30.0, scenario="healthy", max_batches=120)
     batches = Reader(db_path).batches(run_id)
     steady = batches[batches.idx >= 10]
     assert steady.wait_s.sum() < 0.5 * steady.step_s.sum()
