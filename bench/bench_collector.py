@@ -21,7 +21,7 @@ import time
 
 import psutil
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 import collector
 from collector.store.writer import Store, batch_insert_json_sql, batch_insert_sql
@@ -50,9 +50,9 @@ def throughput(iterable, batches: int) -> float:
     return batches / (time.perf_counter() - started)
 
 
-def compare(workers: int, batches: int, rounds: int, db: str, batch_size: int | None = None) -> None:
-    plain_loader = fastest_loader(workers, batch_size)
-    watched = collector.watch(fastest_loader(workers, batch_size), db=db, run=f"bench-w{workers}")
+def compare(label: str, make_loader, batches: int, rounds: int, db: str) -> None:
+    plain_loader = make_loader()
+    watched = collector.watch(make_loader(), db=db, run=f"bench-{label}")
     ratios, plain_rates = [], []
     for _ in range(rounds):
         plain = throughput(plain_loader, batches)
@@ -61,10 +61,17 @@ def compare(workers: int, batches: int, rounds: int, db: str, batch_size: int | 
         plain_rates.append(plain)
     watched.close()
     print(
-        f"num_workers={workers}, batch_size={batch_size}: plain {statistics.median(plain_rates):,.0f} batches/s; "
+        f"{label}: plain {statistics.median(plain_rates):,.0f} batches/s; "
         f"watched/plain median {statistics.median(ratios):.3f}, best {max(ratios):.3f} "
         f"({rounds} interleaved rounds of {batches:,} batches)"
     )
+
+
+def reference_loader() -> DataLoader:
+    """The issue's "fastest possible loader": in-process, a trivial TensorDataset, batch_size=1."""
+    n = 1 << 20
+    dataset = TensorDataset(torch.arange(n, dtype=torch.float32).view(-1, 1), torch.arange(n))
+    return DataLoader(dataset, batch_size=1)
 
 
 def memory(batches: int, db: str) -> None:
@@ -136,9 +143,10 @@ def main() -> None:
     scale = 10 if args.quick else 1
     with tempfile.TemporaryDirectory() as tmp:
         print(f"python {sys.version.split()[0]}, torch {torch.__version__}, {os.cpu_count()} CPUs")
-        compare(0, 200_000 // scale, 9, os.path.join(tmp, "overhead.sqlite"))
-        compare(0, 100_000 // scale, 9, os.path.join(tmp, "overhead.sqlite"), batch_size=1)
-        compare(2, 40_000 // scale, 7, os.path.join(tmp, "overhead.sqlite"))
+        db = os.path.join(tmp, "overhead.sqlite")
+        compare("TensorDataset, batch_size=1, num_workers=0", reference_loader, 60_000 // scale, 9, db)
+        compare("no collate, num_workers=0", lambda: fastest_loader(0), 200_000 // scale, 9, db)
+        compare("no collate, num_workers=2", lambda: fastest_loader(2), 40_000 // scale, 7, db)
         memory(1_000_000 // scale, os.path.join(tmp, "memory.sqlite"))
         writer(1_000_000 // scale, os.path.join(tmp, "writer.sqlite"))
 
