@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from typing import Any
 
 BatchInfo = tuple[int | None, int | None, int | None]
-NO_INFO: BatchInfo = (None, None, None)
 
 MAX_DEPTH = 3
 MAX_LEAVES = 64

@@ -227,7 +227,7 @@ class Store:
         """Insert batched rows, upsert epochs and update the run in one transaction.
 
         ``rows`` maps a sample table to its rows; ``statements`` are (sql, rows)
-        pairs built by ``batch_insert_sql``, ``fetch_insert_sql`` or ``GPU_IDLE_UPDATE``.
+        pairs built by the ``batch_insert*_sql`` and ``fetch_insert*_sql`` builders or ``GPU_IDLE_UPDATE``.
         """
         with self.transaction() as conn:
             for sql, sql_rows in statements:
