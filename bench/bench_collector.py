@@ -1,30 +1,39 @@
 """Collector overhead, memory and writer throughput; prints ratios (see README "Performance").
 
-usage: python bench/bench_collector.py [--quick]
+usage: python bench/bench_collector.py [--quick] [--only overhead|memory|writer]
 
-Each comparison interleaves the plain and the watched loop in one process,
-repeats, and reports the median and best ratios of watched to plain
-throughput, so machine noise hits both sides alike.
+Overhead: the plain and the watched loader take turns in one process, in a
+shuffled order each round, each turn after the same short pause (so the
+writer's backlog from one turn never lands in the next), and the median of
+the per-round ratios watched/plain is reported with its quartiles. A ratio
+is only honest if the collector kept up, so each line also says how many
+records it dropped.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
+import random
+import sqlite3
 import statistics
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import psutil
 import torch
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 import collector
-from collector.store.writer import Store, batch_insert_json_sql, batch_insert_sql
+from collector.store.pipe import connect
+from collector.store.sink import Flush, Open, RunStart
+
+PAUSE_S = 0.3  # between turns: longer than one flush interval
 
 
 class Trivial(Dataset[int]):
@@ -35,48 +44,64 @@ class Trivial(Dataset[int]):
         return index
 
 
-def fastest_loader(workers: int, batch_size: int | None = None) -> DataLoader[int]:
-    # batch_size=None: no collate, the cheapest batches a DataLoader hands out
-    prefetch = 64 if workers else None
-    return DataLoader(Trivial(), batch_size=batch_size, num_workers=workers, prefetch_factor=prefetch)
+def reference_loader(workers: int = 0) -> DataLoader[Any]:
+    """The issue's "fastest possible loader": a trivial TensorDataset, batch_size=1."""
+    n = 1 << 20
+    dataset = TensorDataset(torch.arange(n, dtype=torch.float32).view(-1, 1), torch.arange(n))
+    return DataLoader(dataset, batch_size=1, num_workers=workers)
 
 
-def throughput(iterable, batches: int) -> float:
-    it = iter(iterable)
-    next(it)  # iterator and workers are up before the clock starts
+def no_collate_loader(workers: int) -> DataLoader[int]:
+    """Faster still: ints, no collate, a deep prefetch queue: the collector's worst case."""
+    return DataLoader(Trivial(), batch_size=None, num_workers=workers, prefetch_factor=64 if workers else None)
+
+
+def endless(loader: Any) -> Iterator[Any]:
+    while True:
+        yield from loader
+
+
+def turn(it: Iterator[Any], batches: int) -> float:
+    time.sleep(PAUSE_S)
     started = time.perf_counter()
-    for _, _ in zip(range(batches), it, strict=False):
-        pass
+    for _ in range(batches):
+        next(it)
     return batches / (time.perf_counter() - started)
 
 
-def compare(label: str, make_loader, batches: int, rounds: int, db: str) -> None:
-    plain_loader = make_loader()
+def compare(label: str, make_loader: Callable[[], Any], seconds: float, rounds: int, db: str) -> None:
+    plain_it = endless(make_loader())
     watched = collector.watch(make_loader(), db=db, run=f"bench-{label}")
-    ratios, plain_rates = [], []
+    sides = {"plain": plain_it, "watched": endless(watched)}
+    probe = turn(plain_it, 2_000)  # also starts the workers
+    turn(sides["watched"], 2_000)
+    batches = max(1_000, int(probe * seconds))
+    rates: dict[str, list[float]] = {"plain": [], "watched": []}
     for _ in range(rounds):
-        plain = throughput(plain_loader, batches)
-        recorded = throughput(watched, batches)
-        ratios.append(recorded / plain)
-        plain_rates.append(plain)
+        order = list(sides)
+        random.shuffle(order)
+        for side in order:
+            rates[side].append(turn(sides[side], batches))
+    run_id = watched.run_id
     watched.close()
+    with sqlite3.connect(db) as conn:
+        dropped, stored = conn.execute(
+            "SELECT dropped_records, (SELECT COUNT(*) FROM batches WHERE run_id = ?) FROM runs WHERE id = ?",
+            (run_id, run_id),
+        ).fetchone()
+    ratios = [w / p for w, p in zip(rates["watched"], rates["plain"], strict=True)]
+    q1, _, q3 = statistics.quantiles(ratios, n=4)
     print(
-        f"{label}: plain {statistics.median(plain_rates):,.0f} batches/s; "
-        f"watched/plain median {statistics.median(ratios):.3f}, best {max(ratios):.3f} "
-        f"({rounds} interleaved rounds of {batches:,} batches)"
+        f"{label}: plain {statistics.median(rates['plain']):,.0f} batches/s; watched/plain median "
+        f"{statistics.median(ratios):.3f} (quartiles {q1:.3f}-{q3:.3f}; {rounds} rounds of {batches:,} batches); "
+        f"{stored:,} rows stored, {dropped:,} dropped",
+        flush=True,
     )
-
-
-def reference_loader() -> DataLoader:
-    """The issue's "fastest possible loader": in-process, a trivial TensorDataset, batch_size=1."""
-    n = 1 << 20
-    dataset = TensorDataset(torch.arange(n, dtype=torch.float32).view(-1, 1), torch.arange(n))
-    return DataLoader(dataset, batch_size=1)
 
 
 def memory(batches: int, db: str) -> None:
     proc = psutil.Process()
-    watched = collector.watch(fastest_loader(0), db=db, run="bench-memory")
+    watched = collector.watch(no_collate_loader(0), db=db, run="bench-memory")
     it = iter(watched)
     for _ in range(10_000):
         next(it)
@@ -98,57 +123,60 @@ def memory(batches: int, db: str) -> None:
     stop.set()
     sampler.join()
     watched.close()
+    with sqlite3.connect(db) as conn:
+        stored, dropped = conn.execute("SELECT COUNT(*), (SELECT dropped_records FROM runs) FROM batches").fetchone()
     print(
         f"memory: {batches:,} batches at {batches / elapsed:,.0f}/s; RSS growth while recording "
-        f"{(peak[0] - base) / 2**20:.1f} MB (peak over the run minus the start)"
+        f"{(peak[0] - base) / 2**20:.1f} MB (peak minus start); {stored:,} rows stored, {dropped:,} dropped",
+        flush=True,
     )
 
 
 def writer(rows: int, db: str) -> None:
-    store = Store(db)
-    run_id = store.create_run(
-        "bench-writer",
-        config={},
-        host={},
-        versions={},
-        hostname="h",
-        pid=1,
-        command="bench",
-        rank=None,
-        world_size=None,
-    )
-    chunk = 5_000  # about one 0.2 s flush at 25k batches/s
-    fast = [(n, 0, n, n * 1000, n * 1000 + 500, n * 1000 - 200) for n in range(rows)]
-    queue = [(n, 1, n, n * 1000, n * 1000 + 500, n * 1000 - 200, 3, 4, 1, 4242, 0, n // 2) for n in range(rows)]
-    # as the monitor writes them: "fast" records row by row, "queue" records as one JSON array per chunk
-    row_sql = batch_insert_sql(run_id, time.time(), time.perf_counter_ns(), "fast")
-    json_sql = batch_insert_json_sql(run_id, time.time(), time.perf_counter_ns(), "queue")
-    for label, records, write in (
-        ("row by row (no workers)", fast, lambda part: [(row_sql, part)]),
-        ("one JSON array per chunk (workers)", queue, lambda part: [(json_sql, [(json.dumps(part),)])]),
-    ):
+    """Batch rows per second through the real writer process, frames as the monitor sends them."""
+    chunk = 10_000  # one 0.2 s flush at 50k batches/s
+    shapes = {
+        "fast": lambda n: (0, n, n * 1000, n * 1000 + 500, n * 1000 - 200),
+        "queue": lambda n: (1, n, n * 1000, n * 1000 + 500, n * 1000 - 200, 3, 4, 1, 4242, 0, n // 2),
+    }
+    for shape, make in shapes.items():
+        frames = [Flush(records={shape: [make(n) for n in range(i, min(i + chunk, rows))]}) for i in range(0, rows, chunk)]
+        start = RunStart(f"bench-writer-{shape}", {}, {}, {}, "bench", os.getpid(), "bench", None, None)
+        link, replies = connect(Open(db, start, time.time(), time.perf_counter_ns()))
+        assert link is not None, replies
         started = time.perf_counter()
-        for i in range(0, rows, chunk):
-            store.write({}, statements=write(records[i : i + chunk]))
+        for frame in frames:
+            link.send(frame)
+        problems = link.close(600.0)
         elapsed = time.perf_counter() - started
-        print(f"writer, {label}: {rows:,} batch rows in {elapsed:.2f} s = {rows / elapsed:,.0f} rows/s")
-    store.close()
+        print(
+            f"writer process, {shape} records: {rows:,} rows in {elapsed:.2f} s = {rows / elapsed:,.0f} rows/s"
+            + (f" ({problems})" if problems else ""),
+            flush=True,
+        )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="smaller runs, for a smoke test")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="shorter runs, for a smoke test")
+    parser.add_argument("--only", choices=["overhead", "memory", "writer"], help="run one part")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    scale = 10 if args.quick else 1
+    rounds, seconds, scale = (5, 0.3, 10) if args.quick else (21, 1.0, 1)
     with tempfile.TemporaryDirectory() as tmp:
-        print(f"python {sys.version.split()[0]}, torch {torch.__version__}, {os.cpu_count()} CPUs")
-        db = os.path.join(tmp, "overhead.sqlite")
-        compare("TensorDataset, batch_size=1, num_workers=0", reference_loader, 60_000 // scale, 9, db)
-        compare("no collate, num_workers=0", lambda: fastest_loader(0), 200_000 // scale, 9, db)
-        compare("no collate, num_workers=2", lambda: fastest_loader(2), 40_000 // scale, 7, db)
-        memory(1_000_000 // scale, os.path.join(tmp, "memory.sqlite"))
-        writer(1_000_000 // scale, os.path.join(tmp, "writer.sqlite"))
+        print(f"python {sys.version.split()[0]}, torch {torch.__version__}, {os.cpu_count()} CPUs", flush=True)
+        if args.only in (None, "overhead"):
+            db = os.path.join(tmp, "overhead.sqlite")
+            compare("reference: TensorDataset, batch_size=1, num_workers=0", reference_loader, seconds, rounds, db)
+            compare(
+                "reference with num_workers=2", lambda: reference_loader(2), seconds * 2, max(5, rounds // 2), db
+            )
+            compare("no collate, num_workers=0", lambda: no_collate_loader(0), seconds, rounds, db)
+            compare("no collate, num_workers=2", lambda: no_collate_loader(2), seconds, rounds, db)
+        if args.only in (None, "memory"):
+            memory(1_000_000 // scale, os.path.join(tmp, "memory.sqlite"))
+        if args.only in (None, "writer"):
+            writer(1_000_000 // scale, os.path.join(tmp, "writer.sqlite"))
 
 
 if __name__ == "__main__":

@@ -71,7 +71,6 @@ def build_synthetic(path: str, batches: int = 1_000_000, gpu_seconds: float = 36
             ready = np.where(starved, 0, rng.integers(1, 2 * WORKERS + 1, len(n)))
             rows = [
                 (
-                    0,
                     int(i // per_epoch),
                     int(i % per_epoch),
                     int(rq),

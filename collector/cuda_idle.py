@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -25,10 +26,9 @@ EventFactory = Callable[[], Any]
 
 
 def cuda_active() -> bool:
-    """True once this process has initialised CUDA (no work is done otherwise)."""
-    try:
-        import torch
-    except ImportError:
+    """True once this process has initialised CUDA (never imports torch itself)."""
+    torch = sys.modules.get("torch")
+    if torch is None:  # no torch imported, so no CUDA: and importing it would cost a second
         return False
     return bool(torch.cuda.is_available() and torch.cuda.is_initialized())
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
 import time
 import warnings
@@ -15,14 +14,11 @@ from typing import Any
 from collector.cuda_idle import IdleResolver
 from collector.host import HostSampler
 from collector.nvml import Nvml
-from collector.store.writer import (
-    GPU_IDLE_UPDATE,
-    Store,
-    batch_insert_json_sql,
-    batch_insert_sql,
-    fetch_insert_json_sql,
-)
+from collector.store.pipe import Link, ProcessLink, connect, launch
+from collector.store.sink import Flush, Message, Open, RunStart
 from collector.worker_timing import TimingRings
+
+__all__ = ["CollectorWarning", "Monitor", "Rates", "RunStart", "Shared"]
 
 
 class CollectorWarning(RuntimeWarning):
@@ -33,16 +29,7 @@ FLUSH_INTERVAL_S = 0.2  # the issue asks for at least every 250 ms
 HEARTBEAT_INTERVAL_S = 1.0
 DETAIL_MEMORY_INTERVAL_S = 5.0  # USS/PSS walk page tables: expensive
 DEVICE_REFRESH_INTERVAL_S = 5.0
-# NOTE [ Row by row or one statement ]
-# "fast" records come from the single-process loop, whose training thread
-# holds the GIL nearly all the time: binding row by row (the GIL released
-# during each row's step) measured cheaper there than json.dumps of a whole
-# chunk, which holds the GIL in one stretch. With workers the training thread
-# releases the GIL for every batch it receives, so per-row hand-offs dominate
-# and one statement per chunk measured far cheaper (bench/bench_collector.py:
-# 0.75 -> 0.90 of the plain loader's throughput). See NOTE [ One statement
-# per chunk ] in collector/store/writer.py.
-ROW_BY_ROW = frozenset({"fast"})
+LINK_CLOSE_TIMEOUT_S = 8.0  # within the session's 10 s close
 
 
 @dataclass(frozen=True)
@@ -58,22 +45,6 @@ class Rates:
 
 
 @dataclass
-class RunStart:
-    """Everything the run row needs; gathered on the training thread, written here."""
-
-    name: str
-    config: dict[str, Any]
-    host: dict[str, Any]
-    versions: dict[str, Any]
-    hostname: str
-    pid: int
-    command: str
-    rank: int | None
-    world_size: int | None
-    tags: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
 class Shared:
     """What the training thread hands over: appended there, drained here."""
 
@@ -86,7 +57,7 @@ class Shared:
 
 
 class Monitor(threading.Thread):
-    """Owns the Store. The one broad ``except`` in the collector sits in ``run``."""
+    """Samples, drains the buffers and feeds the writer. The one broad ``except`` sits in ``run``."""
 
     def __init__(
         self,
@@ -99,6 +70,7 @@ class Monitor(threading.Thread):
         host_factory: Callable[[Callable[[str, str], None]], HostSampler] = HostSampler,
         wall_clock: Callable[[], float] = time.time,
         mono_ns: Callable[[], int] = time.perf_counter_ns,
+        writer_in_process: bool = False,
     ) -> None:
         super().__init__(name="stallwatch-monitor", daemon=True)
         self.db_path = db_path
@@ -116,12 +88,13 @@ class Monitor(threading.Thread):
         self.run_id: int | None = None
         self.warned: dict[str, str] = {}
         self._warnings_dirty = False
-        self._max_n = -1  # highest record number seen
+        self._writer_in_process = writer_in_process
+        self._produced: dict[int, int] = {}  # epoch -> batches handed out, as far as we know
         self._drained = 0  # records taken off the buffers
         self._unwritten = 0  # drained, then lost to a failed write or a missing file
-        self._store: Store | None = None
-        self._batch_sql: dict[str, str] = {}
-        self._fetch_sql = ""
+        self._link: Link | None = None
+        self._launched: ProcessLink | None = None
+        self._run_update: dict[str, Any] = {}  # sent with the next flush
         self._epochs: dict[int, list[Any]] = {}
         self._dirty_epochs: set[int] = set()
         self._workers: dict[int, int] = {}
@@ -142,6 +115,15 @@ class Monitor(threading.Thread):
         warnings.warn(f"stallwatch: {message}", CollectorWarning, stacklevel=2)
 
     # -- lifecycle ----------------------------------------------------------
+
+    def start(self) -> None:
+        """Launch the writer process here, on the caller's thread (NOTE [ Forked children ]), then run."""
+        if not self._writer_in_process:
+            self._launched = launch(self._opening())
+        super().start()
+
+    def _opening(self) -> Open:
+        return Open(self.db_path, self.start_info, self.wall0, self.perf0)
 
     def run(self) -> None:
         try:
@@ -166,49 +148,34 @@ class Monitor(threading.Thread):
         self._close()
 
     def _open(self) -> None:
-        s = self.start_info
-        try:
-            self._store = Store(self.db_path)
-            self.run_id = self._store.create_run(
-                s.name,
-                config=s.config,
-                host=s.host,
-                versions=s.versions,
-                hostname=s.hostname,
-                pid=s.pid,
-                command=s.command,
-                rank=s.rank,
-                world_size=s.world_size,
-                tags=s.tags,
-                started_at=self.wall0,
-            )
-        except Exception as exc:  # noqa: BLE001 - unwritable path, full disk, foreign file
-            self.warn("store", f"cannot record to {self.db_path} ({exc}); training continues unrecorded")
-            if self._store is not None:
-                self._store.close()
-            self._store = None
+        self._link, replies = connect(self._opening(), self._launched)
+        self._launched = None
+        self._handle(replies)
+        if self._link is None:
             return
-        self._batch_sql = {
-            shape: (batch_insert_sql if shape in ROW_BY_ROW else batch_insert_json_sql)(
-                self.run_id, self.wall0, self.perf0, shape
-            )
-            for shape in self.shared.records
-        }
-        self._fetch_sql = fetch_insert_json_sql(self.run_id)
         if self.rates.gpu_hz > 0:
             self._nvml = self._nvml_factory(self.warn)
             if self._nvml.available:
-                s.host["gpus"] = self._nvml.device_info()
-                self._store.write({}, run_update={"host": json.dumps(s.host, default=str)}, run_id=self.run_id)
+                host = {**self.start_info.host, "gpus": self._nvml.device_info()}
+                self._run_update["host"] = json.dumps(host, default=str)
         if self.rates.host_hz > 0:
             self._host = self._host_factory(self.warn)
+
+    def _handle(self, messages: list[Message]) -> None:
+        for kind, *rest in messages:
+            if kind == "run_id":
+                self.run_id = rest[0]
+            elif kind == "warn":
+                self.warn(rest[0], rest[1])
+            elif kind == "unwritten":
+                self._unwritten += rest[0]
 
     def _close(self) -> None:
         if self._nvml is not None:
             self._nvml.close()
-        if self._store is not None:
-            self._store.close()
-            self._store = None
+        if self._link is not None:
+            link, self._link = self._link, None
+            self._handle(link.close(LINK_CLOSE_TIMEOUT_S))
 
     # -- the tick -----------------------------------------------------------
 
@@ -220,7 +187,7 @@ class Monitor(threading.Thread):
             if now >= due["devices"]:
                 self._nvml.refresh_devices()
                 due["devices"] = now + DEVICE_REFRESH_INTERVAL_S
-            self._rows["gpu_samples"].extend((self.run_id, *astuple(g)) for g in self._nvml.sample(wall))
+            self._rows["gpu_samples"].extend(astuple(g) for g in self._nvml.sample(wall))
             due["gpu"] = now + 1.0 / self.rates.gpu_hz
         if self._host is not None and now >= due["host"]:
             self._sample_host(wall, detail=now >= due["detail"])
@@ -242,81 +209,79 @@ class Monitor(threading.Thread):
         assert self._host is not None
         h = self._host.host(wall)
         per_core = None if h.per_core_pct is None else json.dumps(h.per_core_pct)
-        self._rows["host_samples"].append(
-            (self.run_id, h.ts, h.cpu_pct, per_core, h.mem_available_bytes, h.disk_read_bps)
-        )
-        for p in self._host.processes(wall, self._workers, detail):
-            self._rows["proc_samples"].append((self.run_id, *astuple(p)))
+        self._rows["host_samples"].append((h.ts, h.cpu_pct, per_core, h.mem_available_bytes, h.disk_read_bps))
+        self._rows["proc_samples"].extend(astuple(p) for p in self._host.processes(wall, self._workers, detail))
 
     @property
     def dropped(self) -> int:
         """Records lost so far: overwritten in a full buffer, or never written."""
-        # See NOTE [ Bounded buffer ]: every number up to the highest seen was
-        # either drained or pushed out of a full deque. A record appended to
-        # one deque while another is drained may read as dropped for one
-        # flush; the count corrects itself at the next.
-        return max(0, self._max_n + 1 - self._drained) + self._unwritten
+        # See NOTE [ Bounded buffer ]: a full deque drops its oldest records, so
+        # the newest index seen per epoch (or the count its end event gives) says
+        # how many were handed out, and whatever was not drained was dropped.
+        return max(0, sum(self._produced.values()) - self._drained) + self._unwritten
 
     def _drain_records(self) -> dict[str, list[tuple[Any, ...]]]:
         chunks = {}
+        produced = self._produced
         for shape, records in self.shared.records.items():
             chunk = [records.popleft() for _ in range(len(records))]
             if chunk:
                 self._drained += len(chunk)
-                self._max_n = max(self._max_n, chunk[-1][0])
-            chunks[shape] = chunk
+                epoch, idx = chunk[-1][0], chunk[-1][1]
+                if idx >= produced.get(epoch, 0):
+                    produced[epoch] = idx + 1
+                chunks[shape] = chunk
         return chunks
 
     def _drain_epochs(self, wall_of: Callable[[int], float]) -> None:
         events = self.shared.epoch_events
         while events:
             kind, epoch, t_ns, *rest = events.popleft()
-            row = self._epochs.setdefault(epoch, [self.run_id, epoch, wall_of(t_ns), None, None, 0, "[]"])
+            row = self._epochs.setdefault(epoch, [epoch, wall_of(t_ns), None, None, 0, "[]"])
             if kind == "start":
                 pids = rest[0]
-                row[6] = json.dumps(pids)
+                row[5] = json.dumps(pids)
                 self._workers = {pid: i for i, pid in enumerate(pids)}
             elif kind == "first":
-                row[4] = max(0.0, (rest[0] - t_ns) / 1e9)
+                row[3] = max(0.0, (rest[0] - t_ns) / 1e9)
             else:
-                row[3] = wall_of(t_ns)
-                row[5] = rest[0]
+                row[2] = wall_of(t_ns)
+                row[4] = rest[0]
+                self._produced[epoch] = max(self._produced.get(epoch, 0), rest[0])
             self._dirty_epochs.add(epoch)
 
-    def _drain_fetches(self) -> list[tuple[float, ...]]:
+    def _drain_fetches(self) -> list[bytes]:
         rings = self.shared.timing_rings
         if rings is None:
             return []
-        entries = rings.drain()
+        segments = rings.drain()
         if rings.lost:
             self.warn("timing-lost", f"{rings.lost} worker fetch timings were overwritten before they were read")
-        return entries
+        return segments
 
     def _flush(self, wall: float, beat: bool, final: bool) -> None:
         def wall_of(t_ns: int) -> float:
             return self.wall0 + (t_ns - self.perf0) / 1e9
 
-        chunks = self._drain_records()
+        # Epoch events first: an epoch's end is queued after its last record,
+        # so every record an end event counts is drained below.
         self._drain_epochs(wall_of)
+        chunks = self._drain_records()
         fetches = self._drain_fetches()
         idle = self.shared.resolver.resolve(self._mono_ns())
         self._adapt_stride(max(chunks.values(), key=len, default=[]))
-        drained = sum(len(chunk) for chunk in chunks.values())
-        if self._store is None or self.run_id is None:
-            self._unwritten += drained
-            for rows in self._rows.values():
-                rows.clear()
+        samples, self._rows = self._rows, {name: [] for name in self._rows}
+        if self._link is None:
+            self._unwritten += sum(len(chunk) for chunk in chunks.values())
             return
-        update: dict[str, Any] = {}
+        update, self._run_update = self._run_update, {}
         if beat:
             update["heartbeat_at"] = wall
             update["dropped_records"] = self.dropped
         if self._warnings_dirty:
             update["warnings"] = json.dumps(list(self.warned.values()))
             self._warnings_dirty = False
-        status = self.shared.status
-        if status:
-            update.update(status)
+        update.update(self.shared.status)
         if final:
             update["ended_at"] = wall
             update["dropped_records"] = self.dropped
@@ -324,24 +289,17 @@ class Monitor(threading.Thread):
                 update["status"], error = self.final_status
                 if error is not None:
                     update["error"] = error
-        # See NOTE [ One statement per chunk ] in collector/store/writer.py
-        statements = [
-            *(
-                (self._batch_sql[shape], chunk if shape in ROW_BY_ROW else [(json.dumps(chunk),)])
-                for shape, chunk in chunks.items()
-                if chunk
-            ),
-            (self._fetch_sql, [(json.dumps(fetches),)] if fetches else []),
-            (GPU_IDLE_UPDATE, [(s, self.run_id, key[0], key[1]) for key, s in idle]),
-        ]
         epochs = [tuple(self._epochs[e]) for e in sorted(self._dirty_epochs)]
-        samples, self._rows = self._rows, {name: [] for name in self._rows}
-        try:
-            self._store.write(samples, epochs=epochs, run_update=update, run_id=self.run_id, statements=statements)
-        except sqlite3.Error:
-            self._unwritten += drained
-            raise
         self._dirty_epochs.clear()
+        flush = Flush(records=chunks, epochs=epochs, fetches=fetches, idle=idle, samples=samples, update=update)
+        try:
+            self._link.send(flush)
+        except OSError as exc:  # the writer process is gone
+            self._unwritten += flush.record_count()
+            self.warn("writer-gone", f"the writer process stopped ({exc}); training continues unrecorded")
+            self._link = None
+            return
+        self._handle(self._link.messages())
 
     def _adapt_stride(self, records: list[tuple[Any, ...]]) -> None:
         # NOTE [ Batch size sampling ]
@@ -351,6 +309,6 @@ class Monitor(threading.Thread):
         # and every k-th batch above that (always the first of each epoch).
         if len(records) < 2:
             return
-        span_s = (records[-1][4] - records[0][4]) / 1e9
+        span_s = (records[-1][3] - records[0][3]) / 1e9  # t_return_ns
         rate = (len(records) - 1) / span_s if span_s > 0 else float("inf")
         self.shared.stride[0] = max(1, min(1024, int(rate / 200.0) or 1))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import atexit
-import itertools
 import multiprocessing
 import os
 import socket
@@ -61,7 +60,6 @@ class Session:
             resolver=IdleResolver(),
             stride=[1],
         )
-        self._counter = itertools.count()
         self._epoch = 0
         self.closed = False
         rank, world = distributed()
@@ -125,7 +123,6 @@ class Session:
         append_fast = self.shared.records["fast"].append
         append_sampled = self.shared.records["sampled"].append
         cpu_clock = time.thread_time_ns
-        counter = self._counter
         stride = self.shared.stride
         clock = time.perf_counter_ns
         nxt = it.__next__
@@ -140,8 +137,8 @@ class Session:
                     except StopIteration:
                         return
                     t1 = clock()
-                    append_fast((next(counter), epoch, idx, t0, t1, prev))
-                else:
+                    append_fast((epoch, idx, t0, t1, prev))
+                else:  # every stride-th batch, the first of each epoch among them
                     c0 = cpu_clock()
                     t0 = clock()
                     try:
@@ -150,9 +147,9 @@ class Session:
                         return
                     t1 = clock()
                     cpu_ns = cpu_clock() - c0
-                    append_sampled((next(counter), epoch, idx, t0, t1, prev, *NO_QUEUE, *describe_batch(batch), cpu_ns))
-                if idx == 0:
-                    self.shared.epoch_events.append(("first", epoch, t_start, t1))
+                    append_sampled((epoch, idx, t0, t1, prev, *NO_QUEUE, *describe_batch(batch), cpu_ns))
+                    if idx == 0:
+                        self.shared.epoch_events.append(("first", epoch, t_start, t1))
                 prev = t1
                 idx += 1
                 yield batch
@@ -170,7 +167,6 @@ class Session:
         append_queue = self.shared.records["queue"].append
         append_sampled = self.shared.records["sampled"].append
         cpu_clock = time.thread_time_ns
-        counter = self._counter
         stride = self.shared.stride
         clock = time.perf_counter_ns
         nxt = it.__next__
@@ -208,11 +204,11 @@ class Session:
                     worker = (w, pids[w] if w < len(pids) else None, incarnation, seq)
                 if sampled:
                     info = describe_batch(batch)
-                    append_sampled((next(counter), epoch, idx, t0, t1, prev, ready, in_flight, *worker, *info, cpu_ns))
+                    append_sampled((epoch, idx, t0, t1, prev, ready, in_flight, *worker, *info, cpu_ns))
+                    if idx == 0:
+                        self.shared.epoch_events.append(("first", epoch, t_start, t1))
                 else:
-                    append_queue((next(counter), epoch, idx, t0, t1, prev, ready, in_flight, *worker))
-                if idx == 0:
-                    self.shared.epoch_events.append(("first", epoch, t_start, t1))
+                    append_queue((epoch, idx, t0, t1, prev, ready, in_flight, *worker))
                 prev = t1
                 idx += 1
                 yield batch

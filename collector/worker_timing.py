@@ -1,4 +1,4 @@
-"""Per-batch timing inside DataLoader worker processes, sent back on a queue."""
+"""Per-batch timing inside DataLoader worker processes, sent back through shared memory."""
 
 from __future__ import annotations
 
@@ -58,18 +58,16 @@ class TimingRings:
         self.data[worker_id][base : base + FIELDS] = entry
         self.heads[worker_id] = head + 1
 
-    def drain(self) -> list[Entry]:
-        """In the main process: every entry written since the last drain."""
-        out: list[Entry] = []
+    def drain(self) -> list[bytes]:
+        """In the main process: every entry written since the last drain, as raw float64 runs."""
+        out: list[bytes] = []
         for worker_id in range(self.workers):
             head = self.heads[worker_id]
             start = max(self._read[worker_id], head - RING_SLOTS + 1)
             self.lost += start - self._read[worker_id]
             self._read[worker_id] = head
-            data = self.data[worker_id]
-            for lo, hi in _segments(start, head):
-                flat = data[lo * FIELDS : hi * FIELDS]
-                out.extend(zip(*[iter(flat)] * FIELDS, strict=True))
+            data = memoryview(self.data[worker_id])
+            out.extend(data[lo * FIELDS : hi * FIELDS].tobytes() for lo, hi in _segments(start, head))
         return out
 
     def __getstate__(self) -> dict[str, Any]:

@@ -128,17 +128,44 @@ def test_locked_database_mid_run_loses_records_not_training(db_path, collector_w
 
 def test_writer_falling_behind_drops_oldest_records_and_counts_them(db_path):
     records = {"fast": deque(maxlen=10), "queue": deque(maxlen=10), "rich": deque(maxlen=10)}
-    shared = Shared(records=records, epoch_events=deque(), resolver=None, stride=[1])  # type: ignore[arg-type]
+    events: deque[tuple[object, ...]] = deque()
+    shared = Shared(records=records, epoch_events=events, resolver=None, stride=[1])  # type: ignore[arg-type]
     start = RunStart("drops", {}, {}, {}, "host", 1, "cmd", None, None)
     monitor = Monitor(db_path, start, shared, Rates(0, 0))
-    for n in range(25):
-        records["fast"].append((n, 0, n, n * 1000, n * 1000 + 10, None))
+    for idx in range(25):
+        records["fast"].append((0, idx, idx * 1000, idx * 1000 + 10, None))
     chunks = monitor._drain_records()
-    assert [r[0] for r in chunks["fast"]] == list(range(15, 25))
+    assert [r[1] for r in chunks["fast"]] == list(range(15, 25))
     assert monitor.dropped == 15
-    records["rich"].append((30, 0, 30, 0, 1, None, *(None,) * 9))
+    records["rich"].append((0, 30, 0, 1, None, *(None,) * 9))  # 25..29 were pushed out too
     monitor._drain_records()
     assert monitor.dropped == 20
+    events.append(("end", 0, 0, 40))  # the epoch ended after 40 batches: 31..39 never drained
+    monitor._drain_epochs(float)
+    assert monitor.dropped == 29
+
+
+def test_a_writer_process_that_dies_costs_records_not_training(db_path, collector_warnings):
+    dataset = SlowDataset(64)
+    expected = train(DataLoader(dataset, batch_size=2))
+    watched = collector.watch(DataLoader(dataset, batch_size=2), db=db_path, gpu_hz=0, host_hz=0)
+    assert watched.run_id is not None
+    link = watched._session.monitor._link
+    link.proc.kill()  # type: ignore[union-attr]
+    link.proc.wait(timeout=10)  # type: ignore[union-attr]
+    got = train(watched)
+    watched.close()
+    assert all(torch.equal(a, b) for a, b in zip(expected, got, strict=True))
+    messages = collector_messages(collector_warnings)
+    assert len(messages) == 1 and "writer process stopped" in messages[0]
+
+
+def test_the_in_process_writer_records_the_same_rows(db_path):
+    with collector.watch(range(500), db=db_path, run="local", gpu_hz=0, host_hz=0, writer_in_process=True) as w:
+        for _ in w:
+            pass
+    assert query(db_path, "SELECT COUNT(*), COUNT(step_s), MIN(idx), MAX(idx) FROM batches") == [(500, 499, 0, 499)]
+    assert query(db_path, "SELECT status, dropped_records FROM runs") == [("completed", 0)]
 
 
 def test_another_programs_database_is_refused_and_left_untouched(tmp_path):

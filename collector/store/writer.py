@@ -6,7 +6,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -25,15 +25,13 @@ INSERTS = {
 
 
 # NOTE [ Record shapes ]
-# Binding a None parameter costs Python's sqlite3 several times an int, and
-# binding holds the GIL the training thread needs. So each hot-path loop
-# builds the shortest tuple it can, and each shape has its own statement
-# with NULL written into the SQL for the fields it lacks:
-#   fast   (n, epoch, idx, t_request_ns, t_return_ns, t_prev_return_ns)
-#   queue  fast + (ready, in_flight, worker_id, worker_pid, worker_incarnation, worker_seq)
-#   rich   queue + (samples, nbytes, pinned)
+# Each hot-path loop builds the shortest tuple it can (every field costs the
+# training thread time), and each shape has its own statement with NULL
+# written into the SQL for the fields it lacks:
+#   fast     (epoch, idx, t_request_ns, t_return_ns, t_prev_return_ns)
+#   queue    fast + (ready, in_flight, worker_id, worker_pid, worker_incarnation, worker_seq)
+#   rich     queue + (samples, nbytes, pinned)
 #   sampled  rich + (load_cpu_ns): the batches whose size is also measured
-# ``n`` counts records for drop detection and is not stored.
 SHAPE_COLUMNS = {
     "fast": (),
     "queue": ("ready", "in_flight", "worker_id", "worker_pid", "worker_incarnation", "worker_seq"),
@@ -54,55 +52,29 @@ SHAPE_COLUMNS["sampled"] = (*SHAPE_COLUMNS["rich"], "load_cpu_s")
 
 def batch_insert_sql(run_id: int, wall0_s: float, perf0_ns: int, shape: str = "rich") -> str:
     """INSERT for one raw hot-path record of one shape, bound as parameters."""
-    columns, values = _batch_columns(run_id, wall0_s, perf0_ns, shape, lambda i: f"?{i}")
-    return f"INSERT OR REPLACE INTO batches ({columns}) VALUES ({values})"
-
-
-def batch_insert_json_sql(run_id: int, wall0_s: float, perf0_ns: int, shape: str) -> str:
-    """INSERT for a whole chunk of records of one shape, bound as one JSON array of arrays."""
-    # NOTE [ One statement per chunk ]
-    # executemany binds each row under the GIL and releases it for each
-    # row's step, so every row costs a GIL hand-off with the training thread:
-    # with workers feeding a fast loop that measured a quarter of its
-    # throughput. json.dumps encodes the chunk in one C call and SQLite
-    # unpacks it inside one step, with the GIL released throughout.
-    columns, values = _batch_columns(run_id, wall0_s, perf0_ns, shape, lambda i: f"(value ->> {i - 1})")
-    return f"INSERT OR REPLACE INTO batches ({columns}) SELECT {values} FROM json_each(?)"
-
-
-def _batch_columns(
-    run_id: int, wall0_s: float, perf0_ns: int, shape: str, field: Callable[[int], str]
-) -> tuple[str, str]:
     # NOTE [ Clocks in SQL ]
     # The raw perf_counter_ns values become ts, wait_s and step_s in the
     # statement, so Python does no per-row arithmetic. The constants are our
     # own int/float values, formatted with repr.
     extra = SHAPE_COLUMNS[shape]
-    t_request, t_return, t_prev = field(4), field(5), field(6)
     columns = ", ".join(("run_id", "epoch", "idx", "ts", "wait_s", "step_s", *extra))
     values = ", ".join(
         (
             str(int(run_id)),
-            field(2),
-            field(3),
-            f"{float(wall0_s)!r} + ({t_return} - {int(perf0_ns)}) / 1e9",
-            f"MAX(0.0, ({t_return} - {t_request}) / 1e9)",
-            f"MAX(0.0, ({t_request} - {t_prev}) / 1e9)",
-            *(f"{field(7 + i)} / 1e9" if column == "load_cpu_s" else field(7 + i) for i, column in enumerate(extra)),
+            "?1",
+            "?2",
+            f"{float(wall0_s)!r} + (?4 - {int(perf0_ns)}) / 1e9",
+            "MAX(0.0, (?4 - ?3) / 1e9)",
+            "MAX(0.0, (?3 - ?5) / 1e9)",
+            *(f"?{6 + i} / 1e9" if column == "load_cpu_s" else f"?{6 + i}" for i, column in enumerate(extra)),
         )
     )
-    return columns, values
+    return f"INSERT OR REPLACE INTO batches ({columns}) VALUES ({values})"
 
 
 def fetch_insert_sql(run_id: int) -> str:
     """INSERT for worker timing entries (pid, worker_id, incarnation, seq, started_at, wall_s, cpu_s)."""
     return f"INSERT OR REPLACE INTO worker_fetches VALUES ({int(run_id)}, ?, ?, ?, ?, ?, ?, ?)"
-
-
-def fetch_insert_json_sql(run_id: int) -> str:
-    """The same for a whole chunk bound as one JSON array. See NOTE [ One statement per chunk ]."""
-    fields = ", ".join(f"(value ->> {i})" for i in range(7))
-    return f"INSERT OR REPLACE INTO worker_fetches SELECT {int(run_id)}, {fields} FROM json_each(?)"
 
 
 GPU_IDLE_UPDATE = "UPDATE batches SET gpu_idle_s = ? WHERE run_id = ? AND epoch = ? AND idx = ?"
@@ -227,7 +199,7 @@ class Store:
         """Insert batched rows, upsert epochs and update the run in one transaction.
 
         ``rows`` maps a sample table to its rows; ``statements`` are (sql, rows)
-        pairs built by the ``batch_insert*_sql`` and ``fetch_insert*_sql`` builders or ``GPU_IDLE_UPDATE``.
+        pairs built by ``batch_insert_sql`` and ``fetch_insert_sql`` or ``GPU_IDLE_UPDATE``.
         """
         with self.transaction() as conn:
             for sql, sql_rows in statements:

@@ -1,0 +1,189 @@
+"""The monitor's end of the writer: a child process, or the same Sink in this thread."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import pickle
+import select
+import subprocess
+import sys
+import time
+import weakref
+from pathlib import Path
+from typing import Protocol
+
+from collector.store.sink import CLOSE, FRAME_HEADER, Flush, Message, Open, Sink, frame_bytes, open_failure
+
+START_TIMEOUT_S = 15.0
+PIPE_BYTES = 1 << 20  # one flush of a 100k batches/s loop, so the monitor rarely waits
+F_SETPIPE_SZ = 1031  # Linux; elsewhere the default pipe size only means more round trips
+PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding collector/
+
+
+class Link(Protocol):
+    """Where the monitor sends frames and hears back from."""
+
+    def send(self, flush: Flush) -> None: ...
+
+    def messages(self) -> list[Message]: ...
+
+    def close(self, timeout_s: float) -> list[Message]: ...
+
+
+class ProcessLink:
+    """A ``python -m collector.store.sink`` child fed through a pipe. See NOTE [ Writer process ]."""
+
+    def __init__(self, opening: Open) -> None:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
+        frames_r, self._frames = os.pipe()
+        self._replies, replies_w = os.pipe()
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "collector.store.sink"],
+                stdin=frames_r,
+                stdout=replies_w,
+                stderr=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,  # Ctrl-C reaches the training process only
+            )
+        except BaseException:
+            for fd in (self._frames, self._replies):
+                os.close(fd)
+            raise
+        finally:
+            os.close(frames_r)
+            os.close(replies_w)
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(self._frames, F_SETPIPE_SZ, PIPE_BYTES)
+        os.set_blocking(self._replies, False)
+        self._pending = b""
+        self._eof = False
+        _links.add(self)
+        self._write(opening)
+
+    def _write(self, obj: object) -> None:
+        view = memoryview(frame_bytes(obj))
+        while view:
+            view = view[os.write(self._frames, view) :]
+
+    def first_reply(self, timeout_s: float) -> list[Message] | None:
+        """The child's answer to Open, or None if it died or never answered."""
+        deadline = time.monotonic() + timeout_s
+        while not (replies := self.messages()) and not self._eof:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self._replies], [], [], left)[0]:
+                break
+        if not replies:
+            self.close(0.0)
+            return None
+        return replies
+
+    def send(self, flush: Flush) -> None:
+        self._write(flush)
+
+    def messages(self) -> list[Message]:
+        """Replies that have arrived, without waiting."""
+        with contextlib.suppress(BlockingIOError):
+            while chunk := os.read(self._replies, 1 << 16):
+                self._pending += chunk
+            self._eof = True
+        return self._parse()
+
+    def _parse(self) -> list[Message]:
+        out: list[Message] = []
+        data = self._pending
+        while len(data) >= FRAME_HEADER.size:
+            (size,) = FRAME_HEADER.unpack_from(data)
+            end = FRAME_HEADER.size + size
+            if len(data) < end:
+                break
+            out.extend(pickle.loads(data[FRAME_HEADER.size : end]))
+            data = data[end:]
+        self._pending = data
+        return out
+
+    def close(self, timeout_s: float) -> list[Message]:
+        """Tell the child to finish, wait for it to write what it has, then read its last replies."""
+        with contextlib.suppress(OSError):
+            self._write(CLOSE)
+        with contextlib.suppress(OSError):
+            os.close(self._frames)
+        _links.discard(self)
+        try:
+            self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            return [("warn", "writer-slow", f"the writer process was still writing after {timeout_s:.0f} s")]
+        out = self.messages()
+        os.close(self._replies)
+        return out
+
+
+# NOTE [ Forked children ]
+# A DataLoader worker started with fork inherits every descriptor. Two
+# consequences. subprocess waits for the child's exec on a pipe that a worker
+# forked meanwhile by another thread would hold open, stalling until that
+# worker exits: so the writer is launched on the thread that calls watch(),
+# which cannot be forking workers at that moment. And a worker holding the
+# writer's input open would keep it from ever seeing the end of its input
+# should the training process die: so forked children close their copies.
+_links: weakref.WeakSet[ProcessLink] = weakref.WeakSet()
+
+
+def _close_in_child() -> None:
+    for link in list(_links):
+        for fd in (link._frames, link._replies):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+    _links.clear()
+
+
+os.register_at_fork(after_in_child=_close_in_child)
+
+
+class LocalLink:
+    """The Sink run inside the monitor thread, for where no child process can start."""
+
+    def __init__(self, sink: Sink) -> None:
+        self.sink = sink
+        self._messages: list[Message] = []
+
+    def send(self, flush: Flush) -> None:
+        self._messages.extend(self.sink.write(flush))
+
+    def messages(self) -> list[Message]:
+        out, self._messages = self._messages, []
+        return out
+
+    def close(self, timeout_s: float) -> list[Message]:
+        self.sink.close()
+        return self.messages()
+
+
+def launch(opening: Open) -> ProcessLink | None:
+    """Start the writer process, on the thread that calls watch(): see NOTE [ Forked children ]."""
+    try:
+        return ProcessLink(opening)
+    except OSError:
+        return None
+
+
+def connect(opening: Open, launched: ProcessLink | None) -> tuple[Link | None, list[Message]]:
+    """Wait for the launched writer to create the run: (link, replies), link None when nothing can be recorded.
+
+    Without a writer process (none launched, or it died) the Sink runs in this thread.
+    """
+    if launched is not None:
+        replies = launched.first_reply(START_TIMEOUT_S)
+        if replies is not None:
+            if any(m[0] == "run_id" for m in replies):
+                return launched, replies
+            launched.close(START_TIMEOUT_S)  # it could not open the file and is exiting
+            return None, replies
+    try:
+        sink = Sink(opening)
+    except Exception as exc:  # noqa: BLE001 - unwritable path, full disk, foreign file
+        return None, [open_failure(opening.db_path, exc)]
+    return LocalLink(sink), [("run_id", sink.run_id)]

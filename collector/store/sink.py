@@ -1,0 +1,217 @@
+"""The writer: a run's records arrive as frames and go into SQLite, in its own process.
+
+usage (the collector starts it; not meant to be run by hand):
+    python -m collector.store.sink  < frames on stdin  > messages on stdout
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pickle
+import signal
+import sqlite3
+import struct
+import sys
+from array import array
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
+
+from collector.store.writer import GPU_IDLE_UPDATE, SHAPE_COLUMNS, Store, batch_insert_sql, fetch_insert_sql
+from collector.worker_timing import FIELDS as FETCH_FIELDS  # see NOTE [ Timing rings ]
+
+# NOTE [ Writer process ]
+# Writing a row costs about 1.5 us of CPU, and Python's sqlite3 takes and
+# drops the GIL for every row: each hand-off with a busy training thread
+# costs that thread more than the row itself (measured in bench/: an
+# in-process writer kept 0.70-0.87 of a 30-50k batches/s loader's throughput
+# and, on a pure-Python loader that never drops the GIL, fell behind and lost
+# most records). So the monitor thread only drains the buffers and pickles
+# them, once per flush, and this process, with its own interpreter and GIL,
+# turns them into rows. Frames are length-prefixed pickles on its stdin, its
+# replies pickled messages on its stdout. It ignores Ctrl-C (the training
+# process decides how the run ends) and exits at end of input, so it never
+# outlives the process that feeds it for long. Where it cannot start, the
+# same Sink runs inside the monitor thread (collector/store/pipe.py).
+
+FRAME_HEADER = struct.Struct("<I")
+
+Message = tuple[Any, ...]  # ("run_id", id) | ("warn", key, text) | ("unwritten", records)
+
+
+@dataclass
+class RunStart:
+    """Everything the run row needs; gathered on the training thread."""
+
+    name: str
+    config: dict[str, Any]
+    host: dict[str, Any]
+    versions: dict[str, Any]
+    hostname: str
+    pid: int
+    command: str
+    rank: int | None
+    world_size: int | None
+    tags: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Open:
+    """The first frame: where to write, the run to create, and the clocks' origin."""
+
+    db_path: str
+    start: RunStart
+    wall0_s: float
+    perf0_ns: int
+
+    def __post_init__(self) -> None:
+        # Only JSON-able built-ins may cross the pipe: a torch.__version__ (a
+        # TorchVersion) or a user's object inside the config would make the
+        # writer import torch, a second, just to unpickle it.
+        fields = ("config", "host", "versions", "tags")
+        plain = {name: json.loads(json.dumps(getattr(self.start, name), default=str)) for name in fields}
+        self.start = dataclasses.replace(self.start, **plain)
+
+
+@dataclass
+class Flush:
+    """One flush interval's worth of records; written as one transaction.
+
+    Rows carry no run id: the sink adds it. ``records`` maps a shape (NOTE
+    [ Record shapes ] in collector/store/writer.py) to hot-path tuples,
+    ``fetches`` holds raw float64 ring segments, ``idle`` ((epoch, idx),
+    gpu_idle_s) pairs, ``samples`` maps a sample table to its rows.
+    """
+
+    records: dict[str, list[tuple[Any, ...]]] = field(default_factory=dict)
+    epochs: list[tuple[Any, ...]] = field(default_factory=list)
+    fetches: list[bytes] = field(default_factory=list)
+    idle: list[tuple[tuple[int, int], float | None]] = field(default_factory=list)
+    samples: dict[str, list[tuple[Any, ...]]] = field(default_factory=dict)
+    update: dict[str, Any] = field(default_factory=dict)
+
+    def record_count(self) -> int:
+        return sum(len(chunk) for chunk in self.records.values())
+
+
+class Sink:
+    """Owns the Store for one run and writes each Flush in one transaction."""
+
+    def __init__(self, opening: Open) -> None:
+        start = opening.start
+        self.store = Store(opening.db_path)
+        try:
+            self.run_id = self.store.create_run(
+                start.name,
+                config=start.config,
+                host=start.host,
+                versions=start.versions,
+                hostname=start.hostname,
+                pid=start.pid,
+                command=start.command,
+                rank=start.rank,
+                world_size=start.world_size,
+                tags=start.tags,
+                started_at=opening.wall0_s,
+            )
+        except BaseException:
+            self.store.close()
+            raise
+        self._batch_sql = {
+            shape: batch_insert_sql(self.run_id, opening.wall0_s, opening.perf0_ns, shape) for shape in SHAPE_COLUMNS
+        }
+        self._fetch_sql = fetch_insert_sql(self.run_id)
+        self._epochs: dict[int, tuple[Any, ...]] = {}  # epoch rows not yet written
+
+    def write(self, flush: Flush) -> list[Message]:
+        """Write one frame; a failure costs its records (counted), never an exception."""
+        run_id = self.run_id
+        statements: list[tuple[str, Any]] = [
+            (self._batch_sql[shape], chunk) for shape, chunk in flush.records.items() if chunk
+        ]
+        if flush.fetches:
+            statements.append((self._fetch_sql, _fetch_rows(flush.fetches)))
+        if flush.idle:
+            statements.append((GPU_IDLE_UPDATE, [(s, run_id, key[0], key[1]) for key, s in flush.idle]))
+        samples = {table: [(run_id, *row) for row in rows] for table, rows in flush.samples.items()}
+        for row in flush.epochs:
+            self._epochs[row[0]] = row
+        epochs = [(run_id, *row) for _, row in sorted(self._epochs.items())]
+        try:
+            self.store.write(samples, epochs=epochs, run_update=flush.update, run_id=run_id, statements=statements)
+        except sqlite3.Error as exc:
+            name = type(exc).__name__
+            return [
+                ("unwritten", flush.record_count()),
+                ("warn", f"write-{name}", f"recording problem ({name}: {exc}); continuing"),
+            ]
+        self._epochs.clear()
+        return []
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def _fetch_rows(segments: list[bytes]) -> list[tuple[float, ...]]:
+    values = array("d")
+    for segment in segments:
+        values.frombytes(segment)
+    return list(zip(*[iter(values)] * FETCH_FIELDS, strict=True))
+
+
+def open_failure(db_path: str, exc: BaseException) -> Message:
+    return ("warn", "store", f"cannot record to {db_path} ({exc}); training continues unrecorded")
+
+
+# -- the process ------------------------------------------------------------
+
+
+CLOSE = "close"  # the last frame: write nothing more, close the file, exit
+
+
+def frame_bytes(obj: Any) -> bytes:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    return FRAME_HEADER.pack(len(data)) + data
+
+
+def write_frame(stream: BinaryIO, obj: Any) -> None:
+    stream.write(frame_bytes(obj))
+    stream.flush()
+
+
+def read_frame(stream: BinaryIO) -> Any:
+    """The next frame, or None at end of input (a cut-off frame counts as the end)."""
+    header = stream.read(FRAME_HEADER.size)
+    if len(header) < FRAME_HEADER.size:
+        return None
+    (size,) = FRAME_HEADER.unpack(header)
+    data = stream.read(size)
+    return pickle.loads(data) if len(data) == size else None
+
+
+def main() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    frames, replies = sys.stdin.buffer, sys.stdout.buffer
+    opening = read_frame(frames)
+    if not isinstance(opening, Open):
+        return
+    try:
+        sink = Sink(opening)
+    except Exception as exc:  # noqa: BLE001 - unwritable path, full disk, foreign file: told to the parent
+        write_frame(replies, [open_failure(opening.db_path, exc)])
+        return
+    write_frame(replies, [("run_id", sink.run_id)])
+    try:
+        while (flush := read_frame(frames)) not in (None, CLOSE):
+            messages = sink.write(flush)
+            if messages:
+                write_frame(replies, messages)
+    finally:
+        sink.close()
+
+
+if __name__ == "__main__":
+    # Frames unpickle into collector.store.sink's classes, not __main__'s copies.
+    from collector.store import sink
+
+    sink.main()
