@@ -30,7 +30,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 import collector
-from collector.store.pipe import connect
+from collector.store.pipe import connect, launch
 from collector.store.sink import Flush, Open, RunStart
 
 PAUSE_S = 0.3  # between turns: longer than one flush interval
@@ -140,9 +140,12 @@ def writer(rows: int, db: str) -> None:
         "queue": lambda n: (1, n, n * 1000, n * 1000 + 500, n * 1000 - 200, 3, 4, 1, 4242, 0, n // 2),
     }
     for shape, make in shapes.items():
-        frames = [Flush(records={shape: [make(n) for n in range(i, min(i + chunk, rows))]}) for i in range(0, rows, chunk)]
+        frames = [
+            Flush(records={shape: [make(n) for n in range(i, min(i + chunk, rows))]}) for i in range(0, rows, chunk)
+        ]
         start = RunStart(f"bench-writer-{shape}", {}, {}, {}, "bench", os.getpid(), "bench", None, None)
-        link, replies = connect(Open(db, start, time.time(), time.perf_counter_ns()))
+        opening = Open(db, start, time.time(), time.perf_counter_ns())
+        link, replies = connect(opening, launch(opening))
         assert link is not None, replies
         started = time.perf_counter()
         for frame in frames:
@@ -168,9 +171,7 @@ def main() -> None:
         if args.only in (None, "overhead"):
             db = os.path.join(tmp, "overhead.sqlite")
             compare("reference: TensorDataset, batch_size=1, num_workers=0", reference_loader, seconds, rounds, db)
-            compare(
-                "reference with num_workers=2", lambda: reference_loader(2), seconds * 2, max(5, rounds // 2), db
-            )
+            compare("reference with num_workers=2", lambda: reference_loader(2), seconds * 2, max(5, rounds // 2), db)
             compare("no collate, num_workers=0", lambda: no_collate_loader(0), seconds, rounds, db)
             compare("no collate, num_workers=2", lambda: no_collate_loader(2), seconds, rounds, db)
         if args.only in (None, "memory"):

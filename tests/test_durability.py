@@ -11,6 +11,7 @@ import time
 from collections import deque
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 from conftest import collector_messages, query, wait_until
@@ -21,6 +22,7 @@ import collector
 from collector.errors import NotAStallwatchFile, SchemaTooNew
 from collector.monitor import Monitor, Rates, RunStart, Shared
 from collector.store.reader import Reader, run_state
+from collector.store.sink import Flush, Open, Sink
 from collector.store.writer import Store
 
 SCRIPT = str(Path(__file__).parent / "scripts" / "record_loop.py")
@@ -45,10 +47,14 @@ def test_sigkill_keeps_all_but_the_last_half_second_and_reads_as_stopped(db_path
     proc = spawn(db_path, "doomed", "0", "0.005", str(log))
     try:
         assert wait_until(lambda: os.path.exists(db_path) and _count(db_path) >= 250, timeout_s=30)
+        writers = psutil.Process(proc.pid).children()
     finally:
         killed_at = time.time()
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
+    assert len(writers) == 1 and "collector.store.sink" in " ".join(writers[0].cmdline())
+    _, alive = psutil.wait_procs(writers, timeout=10)
+    assert not alive, "the writer process exits once the training process is gone"
     logged = [line.split() for line in log.read_text().splitlines() if line.count(" ") == 1]
     must_have = {int(i) for i, t in logged if float(t) < killed_at - 0.5}
     stored = {r[0] for r in query(db_path, "SELECT idx FROM batches")}
@@ -158,6 +164,32 @@ def test_a_writer_process_that_dies_costs_records_not_training(db_path, collecto
     assert all(torch.equal(a, b) for a, b in zip(expected, got, strict=True))
     messages = collector_messages(collector_warnings)
     assert len(messages) == 1 and "writer process stopped" in messages[0]
+
+
+def test_a_failed_write_counts_its_records_and_keeps_epoch_rows_for_the_next(db_path):
+    sink = Sink(Open(db_path, RunStart("sink", {}, {}, {}, "host", 1, "cmd", None, None), 0.0, 0))
+    records = {"fast": [(0, i, i * 10, i * 10 + 5, None) for i in range(3)]}
+    blocker = sqlite3.connect(db_path, isolation_level=None, timeout=0.1)
+    blocker.execute("BEGIN EXCLUSIVE")
+    sink.store.conn.execute("PRAGMA busy_timeout = 50")
+    messages = sink.write(Flush(records=records, epochs=[(0, 1.0, None, None, 0, "[]")]))
+    blocker.execute("ROLLBACK")
+    assert messages[0] == ("unwritten", 3) and "recording problem" in messages[1][2]
+    assert sink.write(Flush(records={"fast": [(0, 3, 30, 35, 25)]})) == []
+    sink.close()
+    assert query(db_path, "SELECT idx, step_s FROM batches") == [(3, 5e-9)]
+    assert query(db_path, "SELECT epoch, started_at FROM epochs") == [(0, 1.0)]
+
+
+def test_closing_returns_promptly_while_forked_workers_live_on(db_path):
+    loader = DataLoader(SlowDataset(8), batch_size=2, num_workers=2, persistent_workers=True)
+    watched = collector.watch(loader, db=db_path, gpu_hz=0, host_hz=0)
+    for _ in watched:
+        pass  # the persistent workers, forked after the writer started, are still alive
+    started = time.monotonic()
+    watched.close()
+    assert time.monotonic() - started < 3.0
+    assert query(db_path, "SELECT status, (SELECT COUNT(*) FROM batches) FROM runs") == [("completed", 4)]
 
 
 def test_the_in_process_writer_records_the_same_rows(db_path):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import marshal
 import os
-import pickle
 import select
 import subprocess
 import sys
@@ -14,12 +14,31 @@ import weakref
 from pathlib import Path
 from typing import Protocol
 
-from collector.store.sink import CLOSE, FRAME_HEADER, Flush, Message, Open, Sink, frame_bytes, open_failure
+from collector.store.sink import (
+    CLOSE,
+    FRAME_HEADER,
+    Flush,
+    Message,
+    Open,
+    Sink,
+    flush_payload,
+    frame_bytes,
+    open_failure,
+    open_payload,
+)
 
 START_TIMEOUT_S = 15.0
 PIPE_BYTES = 1 << 20  # one flush of a 100k batches/s loop, so the monitor rarely waits
 F_SETPIPE_SZ = 1031  # Linux; elsewhere the default pipe size only means more round trips
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding collector/
+# Isolated (-I: no working directory, no PYTHON* variables on the path), the
+# standard library imported first, then this very copy of collector: the
+# writer runs the same code as its parent whatever the user's sys.path.
+BOOT = (
+    "import sys, array, dataclasses, json, marshal, signal, sqlite3, struct; "
+    "sys.path.insert(0, {root!r}); "
+    "from collector.store.sink import main; main()"
+)
 
 
 class Link(Protocol):
@@ -33,20 +52,17 @@ class Link(Protocol):
 
 
 class ProcessLink:
-    """A ``python -m collector.store.sink`` child fed through a pipe. See NOTE [ Writer process ]."""
+    """The writer child (collector.store.sink), fed through a pipe. See NOTE [ Writer process ]."""
 
     def __init__(self, opening: Open) -> None:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
         frames_r, self._frames = os.pipe()
         self._replies, replies_w = os.pipe()
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "collector.store.sink"],
+                [sys.executable, "-I", "-c", BOOT.format(root=PACKAGE_ROOT)],
                 stdin=frames_r,
                 stdout=replies_w,
                 stderr=subprocess.DEVNULL,
-                env=env,
                 start_new_session=True,  # Ctrl-C reaches the training process only
             )
         except BaseException:
@@ -62,10 +78,10 @@ class ProcessLink:
         self._pending = b""
         self._eof = False
         _links.add(self)
-        self._write(opening)
+        self._write(open_payload(opening))
 
-    def _write(self, obj: object) -> None:
-        view = memoryview(frame_bytes(obj))
+    def _write(self, payload: tuple[object, ...]) -> None:
+        view = memoryview(frame_bytes(payload))
         while view:
             view = view[os.write(self._frames, view) :]
 
@@ -82,7 +98,7 @@ class ProcessLink:
         return replies
 
     def send(self, flush: Flush) -> None:
-        self._write(flush)
+        self._write(flush_payload(flush))
 
     def messages(self) -> list[Message]:
         """Replies that have arrived, without waiting."""
@@ -100,7 +116,7 @@ class ProcessLink:
             end = FRAME_HEADER.size + size
             if len(data) < end:
                 break
-            out.extend(pickle.loads(data[FRAME_HEADER.size : end]))
+            out.extend(marshal.loads(data[FRAME_HEADER.size : end]))
             data = data[end:]
         self._pending = data
         return out

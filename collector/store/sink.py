@@ -1,14 +1,13 @@
 """The writer: a run's records arrive as frames and go into SQLite, in its own process.
 
-usage (the collector starts it; not meant to be run by hand):
-    python -m collector.store.sink  < frames on stdin  > messages on stdout
+The collector starts it (collector/store/pipe.py): frames on stdin, replies on stdout.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import pickle
+import marshal
 import signal
 import sqlite3
 import struct
@@ -26,13 +25,14 @@ from collector.worker_timing import FIELDS as FETCH_FIELDS  # see NOTE [ Timing 
 # costs that thread more than the row itself (measured in bench/: an
 # in-process writer kept 0.70-0.87 of a 30-50k batches/s loader's throughput
 # and, on a pure-Python loader that never drops the GIL, fell behind and lost
-# most records). So the monitor thread only drains the buffers and pickles
+# most records). So the monitor thread only drains the buffers and encodes
 # them, once per flush, and this process, with its own interpreter and GIL,
-# turns them into rows. Frames are length-prefixed pickles on its stdin, its
-# replies pickled messages on its stdout. It ignores Ctrl-C (the training
-# process decides how the run ends) and exits at end of input, so it never
-# outlives the process that feeds it for long. Where it cannot start, the
-# same Sink runs inside the monitor thread (collector/store/pipe.py).
+# turns them into rows. Frames (NOTE [ Frames ]) arrive on its stdin, its
+# replies leave on its stdout. It ignores Ctrl-C (the training process
+# decides how the run ends) and exits on the close frame or at the end of its
+# input, so it never outlives a killed training process for long. Where it
+# cannot start, the same Sink runs inside the monitor thread
+# (collector/store/pipe.py).
 
 FRAME_HEADER = struct.Struct("<I")
 
@@ -65,9 +65,8 @@ class Open:
     perf0_ns: int
 
     def __post_init__(self) -> None:
-        # Only JSON-able built-ins may cross the pipe: a torch.__version__ (a
-        # TorchVersion) or a user's object inside the config would make the
-        # writer import torch, a second, just to unpickle it.
+        # Only plain built-ins cross the pipe (NOTE [ Frames ]): a
+        # torch.__version__ is a TorchVersion, a config may hold user objects.
         fields = ("config", "host", "versions", "tags")
         plain = {name: json.loads(json.dumps(getattr(self.start, name), default=str)) for name in fields}
         self.start = dataclasses.replace(self.start, **plain)
@@ -166,44 +165,61 @@ def open_failure(db_path: str, exc: BaseException) -> Message:
 # -- the process ------------------------------------------------------------
 
 
-CLOSE = "close"  # the last frame: write nothing more, close the file, exit
+# NOTE [ Frames ]
+# A frame is a 4-byte length and a marshal payload: marshal encodes the
+# built-in types records are made of about twice as fast as pickle, and
+# decoding it can never run code or import a module. Payloads:
+#   ("open", db_path, run_start_fields, wall0_s, perf0_ns)
+#   ("flush", records, epochs, fetches, idle, samples, update)
+#   ("close",)
+# and the sink's replies are lists of Message tuples.
+CLOSE = ("close",)
 
 
-def frame_bytes(obj: Any) -> bytes:
-    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+def frame_bytes(payload: Any) -> bytes:
+    data = marshal.dumps(payload)
     return FRAME_HEADER.pack(len(data)) + data
 
 
-def write_frame(stream: BinaryIO, obj: Any) -> None:
-    stream.write(frame_bytes(obj))
-    stream.flush()
+def open_payload(opening: Open) -> tuple[Any, ...]:
+    return ("open", opening.db_path, vars(opening.start), opening.wall0_s, opening.perf0_ns)
+
+
+def flush_payload(flush: Flush) -> tuple[Any, ...]:
+    return ("flush", flush.records, flush.epochs, flush.fetches, flush.idle, flush.samples, flush.update)
 
 
 def read_frame(stream: BinaryIO) -> Any:
-    """The next frame, or None at end of input (a cut-off frame counts as the end)."""
+    """The next payload, or None at end of input (a cut-off frame counts as the end)."""
     header = stream.read(FRAME_HEADER.size)
     if len(header) < FRAME_HEADER.size:
         return None
     (size,) = FRAME_HEADER.unpack(header)
     data = stream.read(size)
-    return pickle.loads(data) if len(data) == size else None
+    return marshal.loads(data) if len(data) == size else None
+
+
+def write_frame(stream: BinaryIO, payload: Any) -> None:
+    stream.write(frame_bytes(payload))
+    stream.flush()
 
 
 def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     frames, replies = sys.stdin.buffer, sys.stdout.buffer
-    opening = read_frame(frames)
-    if not isinstance(opening, Open):
+    payload = read_frame(frames)
+    if not payload or payload[0] != "open":
         return
+    _, db_path, start, wall0_s, perf0_ns = payload
     try:
-        sink = Sink(opening)
+        sink = Sink(Open(db_path, RunStart(**start), wall0_s, perf0_ns))
     except Exception as exc:  # noqa: BLE001 - unwritable path, full disk, foreign file: told to the parent
-        write_frame(replies, [open_failure(opening.db_path, exc)])
+        write_frame(replies, [open_failure(db_path, exc)])
         return
     write_frame(replies, [("run_id", sink.run_id)])
     try:
-        while (flush := read_frame(frames)) not in (None, CLOSE):
-            messages = sink.write(flush)
+        while (payload := read_frame(frames)) and payload[0] == "flush":
+            messages = sink.write(Flush(*payload[1:]))
             if messages:
                 write_frame(replies, messages)
     finally:
@@ -211,7 +227,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    # Frames unpickle into collector.store.sink's classes, not __main__'s copies.
-    from collector.store import sink
-
-    sink.main()
+    main()
