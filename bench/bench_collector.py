@@ -2,12 +2,13 @@
 
 usage: python bench/bench_collector.py [--quick] [--only overhead|memory|writer]
 
-Overhead: the plain and the watched loader take turns in one process, in a
-shuffled order each round, each turn after the same short pause (so the
-writer's backlog from one turn never lands in the next), and the median of
-the per-round ratios watched/plain is reported with its quartiles. A ratio
-is only honest if the collector kept up, so each line also says how many
-records it dropped.
+Overhead: the plain and the watched loader take short turns in one process,
+in a shuffled order each round, each turn after the same pause (so the
+monitor's backlog from one turn never lands in the next); the median of the
+per-round ratios watched/plain is reported with its quartiles, and the time
+the collector adds to each batch, which carries over between machines of
+different speed. A ratio is only honest if the collector kept up, so each
+line also says how many records it dropped.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ import collector
 from collector.store.pipe import connect, launch
 from collector.store.sink import Flush, Open, RunStart
 
-PAUSE_S = 0.3  # between turns: longer than one flush interval
+PAUSE_S = 0.22  # before each turn: longer than one flush interval, so no backlog crosses turns
+MIN_TURN_BATCHES = 1_000
 
 
 class Trivial(Dataset[int]):
@@ -75,7 +77,7 @@ def compare(label: str, make_loader: Callable[[], Any], seconds: float, rounds: 
     sides = {"plain": plain_it, "watched": endless(watched)}
     probe = turn(plain_it, 2_000)  # also starts the workers
     turn(sides["watched"], 2_000)
-    batches = max(1_000, int(probe * seconds))
+    batches = max(MIN_TURN_BATCHES, int(probe * seconds))
     rates: dict[str, list[float]] = {"plain": [], "watched": []}
     for _ in range(rounds):
         order = list(sides)
@@ -89,12 +91,14 @@ def compare(label: str, make_loader: Callable[[], Any], seconds: float, rounds: 
             "SELECT dropped_records, (SELECT COUNT(*) FROM batches WHERE run_id = ?) FROM runs WHERE id = ?",
             (run_id, run_id),
         ).fetchone()
-    ratios = [w / p for w, p in zip(rates["watched"], rates["plain"], strict=True)]
+    pairs = list(zip(rates["watched"], rates["plain"], strict=True))
+    ratios = [w / p for w, p in pairs]
+    costs_us = [(1 / w - 1 / p) * 1e6 for w, p in pairs]  # what the collector adds to each batch
     q1, _, q3 = statistics.quantiles(ratios, n=4)
     print(
         f"{label}: plain {statistics.median(rates['plain']):,.0f} batches/s; watched/plain median "
-        f"{statistics.median(ratios):.3f} (quartiles {q1:.3f}-{q3:.3f}; {rounds} rounds of {batches:,} batches); "
-        f"{stored:,} rows stored, {dropped:,} dropped",
+        f"{statistics.median(ratios):.3f} (quartiles {q1:.3f}-{q3:.3f}; {rounds} rounds of {batches:,} batches), "
+        f"{statistics.median(costs_us):.2f} us added per batch; {stored:,} rows stored, {dropped:,} dropped",
         flush=True,
     )
 
@@ -165,13 +169,14 @@ def main() -> None:
     parser.add_argument("--only", choices=["overhead", "memory", "writer"], help="run one part")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    rounds, seconds, scale = (5, 0.3, 10) if args.quick else (21, 1.0, 1)
+    # Short turns, many rounds: this machine's noise comes in bursts longer than a turn.
+    rounds, seconds, scale = (5, 0.05, 10) if args.quick else (201, 0.05, 1)
     with tempfile.TemporaryDirectory() as tmp:
         print(f"python {sys.version.split()[0]}, torch {torch.__version__}, {os.cpu_count()} CPUs", flush=True)
         if args.only in (None, "overhead"):
             db = os.path.join(tmp, "overhead.sqlite")
             compare("reference: TensorDataset, batch_size=1, num_workers=0", reference_loader, seconds, rounds, db)
-            compare("reference with num_workers=2", lambda: reference_loader(2), seconds * 2, max(5, rounds // 2), db)
+            compare("reference with num_workers=2", lambda: reference_loader(2), seconds, max(5, rounds // 5), db)
             compare("no collate, num_workers=0", lambda: no_collate_loader(0), seconds, rounds, db)
             compare("no collate, num_workers=2", lambda: no_collate_loader(2), seconds, rounds, db)
         if args.only in (None, "memory"):
