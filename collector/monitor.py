@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import struct
 import threading
 import time
 import warnings
@@ -13,6 +14,7 @@ from typing import Any
 
 from collector.cuda_idle import IdleResolver
 from collector.host import HostSampler
+from collector.hotloop import Timer
 from collector.nvml import Nvml
 from collector.store.pipe import Link, ProcessLink, connect, launch
 from collector.store.sink import Flush, Message, Open, RunStart
@@ -30,6 +32,7 @@ HEARTBEAT_INTERVAL_S = 1.0
 DETAIL_MEMORY_INTERVAL_S = 5.0  # USS/PSS walk page tables: expensive
 DEVICE_REFRESH_INTERVAL_S = 5.0
 LINK_CLOSE_TIMEOUT_S = 8.0  # within the session's 10 s close
+PAIR_T_RETURN = struct.Struct("=q")  # one int64 of a Timer's (t_request_ns, t_return_ns) pairs
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,7 @@ class Shared:
     stride: list[int]  # describe every stride-th batch; see NOTE [ Batch size sampling ]
     timing_rings: TimingRings | None = None  # created when the first workers start
     status: dict[str, Any] = field(default_factory=dict)  # set by the training thread on crash
+    timers: dict[int, Timer] = field(default_factory=dict)  # epoch -> plain loop's; NOTE [ Compiled hot loop ]
 
 
 class Monitor(threading.Thread):
@@ -90,6 +94,7 @@ class Monitor(threading.Thread):
         self._warnings_dirty = False
         self._writer_in_process = writer_in_process
         self._produced: dict[int, int] = {}  # epoch -> batches handed out, as far as we know
+        self._ended: set[int] = set()  # epochs whose end event arrived
         self._drained = 0  # records taken off the buffers
         self._unwritten = 0  # drained, then lost to a failed write or a missing file
         self._link: Link | None = None
@@ -222,16 +227,31 @@ class Monitor(threading.Thread):
 
     def _drain_records(self) -> dict[str, list[tuple[Any, ...]]]:
         chunks = {}
-        produced = self._produced
         for shape, records in self.shared.records.items():
             chunk = [records.popleft() for _ in range(len(records))]
             if chunk:
-                self._drained += len(chunk)
-                epoch, idx = chunk[-1][0], chunk[-1][1]
-                if idx >= produced.get(epoch, 0):
-                    produced[epoch] = idx + 1
+                self._count(chunk[-1][0], chunk[-1][1], len(chunk))
                 chunks[shape] = chunk
         return chunks
+
+    def _drain_timers(self) -> list[tuple[int, int, bytes]]:
+        """(epoch, first index, int64 clock pairs) from each plain loop's timer; ended ones are let go."""
+        out = []
+        timers = self.shared.timers
+        for epoch, timer in list(timers.items()):
+            first, pairs = timer.drain()
+            if pairs:
+                n = len(pairs) // 16
+                self._count(epoch, first + n - 1, n)
+                out.append((epoch, first, pairs))
+            if epoch in self._ended:  # its end was queued after its last batch, so nothing follows
+                del timers[epoch]
+        return out
+
+    def _count(self, epoch: int, last_idx: int, drained: int) -> None:
+        self._drained += drained
+        if last_idx >= self._produced.get(epoch, 0):
+            self._produced[epoch] = last_idx + 1
 
     def _drain_epochs(self, wall_of: Callable[[int], float]) -> None:
         events = self.shared.epoch_events
@@ -248,6 +268,7 @@ class Monitor(threading.Thread):
                 row[2] = wall_of(t_ns)
                 row[4] = rest[0]
                 self._produced[epoch] = max(self._produced.get(epoch, 0), rest[0])
+                self._ended.add(epoch)
             self._dirty_epochs.add(epoch)
 
     def _drain_fetches(self) -> list[bytes]:
@@ -264,15 +285,18 @@ class Monitor(threading.Thread):
             return self.wall0 + (t_ns - self.perf0) / 1e9
 
         # Epoch events first: an epoch's end is queued after its last record,
-        # so every record an end event counts is drained below.
+        # so every record an end event counts is drained below. Records before
+        # timers: a described batch's record is appended after its timer entry,
+        # so its row never arrives before the timer's plain row it replaces.
         self._drain_epochs(wall_of)
         chunks = self._drain_records()
+        timed = self._drain_timers()
         fetches = self._drain_fetches()
         idle = self.shared.resolver.resolve(self._mono_ns())
-        self._adapt_stride(max(chunks.values(), key=len, default=[]))
+        self._adapt_stride(chunks, timed)
         samples, self._rows = self._rows, {name: [] for name in self._rows}
         if self._link is None:
-            self._unwritten += sum(len(chunk) for chunk in chunks.values())
+            self._unwritten += sum(len(chunk) for chunk in chunks.values()) + sum(len(p) // 16 for *_, p in timed)
             return
         update, self._run_update = self._run_update, {}
         if beat:
@@ -291,7 +315,9 @@ class Monitor(threading.Thread):
                     update["error"] = error
         epochs = [tuple(self._epochs[e]) for e in sorted(self._dirty_epochs)]
         self._dirty_epochs.clear()
-        flush = Flush(records=chunks, epochs=epochs, fetches=fetches, idle=idle, samples=samples, update=update)
+        flush = Flush(
+            records=chunks, timed=timed, epochs=epochs, fetches=fetches, idle=idle, samples=samples, update=update
+        )
         try:
             self._link.send(flush)
         except OSError as exc:  # the writer process is gone
@@ -301,14 +327,26 @@ class Monitor(threading.Thread):
             return
         self._handle(self._link.messages())
 
-    def _adapt_stride(self, records: list[tuple[Any, ...]]) -> None:
+    def _adapt_stride(self, chunks: dict[str, list[tuple[Any, ...]]], timed: list[tuple[int, int, bytes]]) -> None:
         # NOTE [ Batch size sampling ]
         # Walking a batch for its size and pinning costs about a microsecond;
         # at tens of thousands of batches per second that is measurable. So
         # each batch is described while the loop runs under ~200 batches/s,
         # and every k-th batch above that (always the first of each epoch).
-        if len(records) < 2:
+        # The rate comes from the records' own clocks, so a pause in training
+        # between two flushes does not read as a slow loop.
+        spans = [(len(c), c[0][3], c[-1][3]) for c in chunks.values() if len(c) >= 2]  # t_return_ns
+        for _, _, pairs in timed:
+            if len(pairs) >= 32:
+                spans.append(
+                    (
+                        len(pairs) // 16,
+                        *PAIR_T_RETURN.unpack_from(pairs, 8),
+                        *PAIR_T_RETURN.unpack_from(pairs, len(pairs) - 8),
+                    )
+                )
+        if not spans:
             return
-        span_s = (records[-1][3] - records[0][3]) / 1e9  # t_return_ns
-        rate = (len(records) - 1) / span_s if span_s > 0 else float("inf")
+        n, first, last = max(spans)
+        rate = (n - 1) / ((last - first) / 1e9) if last > first else float("inf")
         self.shared.stride[0] = max(1, min(1024, int(rate / 200.0) or 1))

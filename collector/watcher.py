@@ -13,6 +13,7 @@ import traceback
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
+from itertools import islice
 from types import TracebackType
 from typing import Any
 
@@ -20,16 +21,18 @@ from collector import cuda_idle, loader_probe
 from collector.batchinfo import describe_batch
 from collector.cuda_idle import IdleResolver
 from collector.host import host_facts
+from collector.hotloop import Timer
 from collector.monitor import Monitor, Rates, RunStart, Shared
 from collector.runinfo import command_line, distributed, loader_config, versions
 from collector.worker_timing import TimingRings, WorkerHook
 
 DEFAULT_DB = "stallwatch.sqlite"
 # NOTE [ Bounded buffer ]
-# The training thread appends to a deque that drops its oldest record when
-# full; the monitor counts the gap and stores it as runs.dropped_records. At
-# about 100 bytes a record this caps the buffer near 13 MB, about 1 s of the
-# fastest loop we measured (135k batches/s), far more than one 0.2 s flush.
+# The training thread appends to deques, and the plain loop's Timer writes a
+# ring, that lose their oldest records when full; the monitor counts the gap
+# and stores it as runs.dropped_records. 2^17 records is about 1 s of the
+# fastest loop we measured (135k batches/s), far more than one 0.2 s flush:
+# at most 13 MB in a deque (about 100 bytes a record), 2 MB in a ring.
 BUFFER_RECORDS = 1 << 17
 CLOSE_TIMEOUT_S = 10.0
 NO_QUEUE = (None, None, None, None, None, None)
@@ -55,7 +58,7 @@ class Session:
         self.loader = loader
         self._iterate = iterate  # `collector run` passes DataLoader's original __iter__
         self.shared = Shared(
-            records={shape: deque(maxlen=BUFFER_RECORDS) for shape in ("fast", "queue", "sampled")},
+            records={shape: deque(maxlen=BUFFER_RECORDS) for shape in ("queue", "sampled")},
             epoch_events=deque(maxlen=100_000),
             resolver=IdleResolver(),
             stride=[1],
@@ -114,52 +117,43 @@ class Session:
             loader.worker_init_fn = original
 
     # NOTE [ Hot path ]
-    # Per batch the training thread reads the clock twice and appends one
-    # tuple; SQLite turns the raw clocks into columns later (see NOTE [ Clocks
-    # in SQL ]). The plain loop serves num_workers=0 and plain iterables on the
-    # CPU; the full loop adds queue depth, worker ids and CUDA events.
+    # Per batch the training thread reads the clock twice and keeps both
+    # readings; SQLite turns the raw clocks into columns later (see NOTE
+    # [ Clocks in SQL ]). The plain loop serves num_workers=0 and plain
+    # iterables on the CPU, timed in C between described batches; the full
+    # loop adds queue depth, worker ids and CUDA events, one tuple a batch.
 
     def _plain_loop(self, it: Iterator[Any], epoch: int, t_start: int) -> Iterator[Any]:
-        append_fast = self.shared.records["fast"].append
+        # See NOTE [ Compiled hot loop ] in collector/hotloop.py: between two
+        # described batches the Timer times every next() in C.
+        timer = Timer(it, BUFFER_RECORDS)
+        self.shared.timers[epoch] = timer
         append_sampled = self.shared.records["sampled"].append
         cpu_clock = time.thread_time_ns
         stride = self.shared.stride
-        clock = time.perf_counter_ns
-        nxt = it.__next__
-        prev = None
-        idx = 0
+        nxt = timer.__next__
         try:
             while True:
-                if idx % stride[0]:  # See NOTE [ Record shapes ] in collector/store/writer.py
-                    t0 = clock()
-                    try:
-                        batch = nxt()
-                    except StopIteration:
-                        return
-                    t1 = clock()
-                    append_fast((epoch, idx, t0, t1, prev))
-                else:  # every stride-th batch, the first of each epoch among them
-                    c0 = cpu_clock()
-                    t0 = clock()
-                    try:
-                        batch = nxt()
-                    except StopIteration:
-                        return
-                    t1 = clock()
-                    cpu_ns = cpu_clock() - c0
-                    append_sampled((epoch, idx, t0, t1, prev, *NO_QUEUE, *describe_batch(batch), cpu_ns))
-                    if idx == 0:
-                        self.shared.epoch_events.append(("first", epoch, t_start, t1))
-                prev = t1
-                idx += 1
+                idx = timer.count
+                c0 = cpu_clock()
+                try:
+                    batch = nxt()
+                except StopIteration:
+                    return
+                cpu_ns = cpu_clock() - c0
+                t0, t1, prev = timer.last  # type: ignore[misc]
+                append_sampled((epoch, idx, t0, t1, prev, *NO_QUEUE, *describe_batch(batch), cpu_ns))
+                if idx == 0:
+                    self.shared.epoch_events.append(("first", epoch, t_start, t1))
                 yield batch
+                yield from islice(timer, stride[0] - 1)  # See NOTE [ Batch size sampling ]
         except GeneratorExit:  # the loop broke out early: not an error
             raise
         except BaseException as exc:
             self.fail(exc)
             raise
         finally:
-            self.shared.epoch_events.append(("end", epoch, clock(), idx))
+            self.shared.epoch_events.append(("end", epoch, time.perf_counter_ns(), timer.count))
 
     def _full_loop(
         self, it: Iterator[Any], epoch: int, t_start: int, probe: loader_probe.Probe | None, cuda: bool

@@ -13,7 +13,9 @@ import sqlite3
 import struct
 import sys
 from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import chain, repeat
 from typing import Any, BinaryIO
 
 from collector.store.writer import GPU_IDLE_UPDATE, SHAPE_COLUMNS, Store, batch_insert_sql, fetch_insert_sql
@@ -78,11 +80,13 @@ class Flush:
 
     Rows carry no run id: the sink adds it. ``records`` maps a shape (NOTE
     [ Record shapes ] in collector/store/writer.py) to hot-path tuples,
-    ``fetches`` holds raw float64 ring segments, ``idle`` ((epoch, idx),
+    ``timed`` holds (epoch, first idx, int64 clock pairs) from the plain
+    loop's Timer (NOTE [ Compiled hot loop ]), ``fetches`` raw float64 ring segments, ``idle`` ((epoch, idx),
     gpu_idle_s) pairs, ``samples`` maps a sample table to its rows.
     """
 
     records: dict[str, list[tuple[Any, ...]]] = field(default_factory=dict)
+    timed: list[tuple[int, int, bytes]] = field(default_factory=list)
     epochs: list[tuple[Any, ...]] = field(default_factory=list)
     fetches: list[bytes] = field(default_factory=list)
     idle: list[tuple[tuple[int, int], float | None]] = field(default_factory=list)
@@ -90,7 +94,7 @@ class Flush:
     update: dict[str, Any] = field(default_factory=dict)
 
     def record_count(self) -> int:
-        return sum(len(chunk) for chunk in self.records.values())
+        return sum(len(chunk) for chunk in self.records.values()) + sum(len(p) // 16 for *_, p in self.timed)
 
 
 class Sink:
@@ -121,13 +125,16 @@ class Sink:
         }
         self._fetch_sql = fetch_insert_sql(self.run_id)
         self._epochs: dict[int, tuple[Any, ...]] = {}  # epoch rows not yet written
+        self._tails: dict[int, tuple[int, int]] = {}  # epoch -> (idx, t_return_ns) of its last timed batch
 
     def write(self, flush: Flush) -> list[Message]:
         """Write one frame; a failure costs its records (counted), never an exception."""
         run_id = self.run_id
+        # Timed rows first: a described batch's record replaces its plain row.
         statements: list[tuple[str, Any]] = [
-            (self._batch_sql[shape], chunk) for shape, chunk in flush.records.items() if chunk
+            (self._batch_sql["fast"], self._timed_rows(epoch, first, pairs)) for epoch, first, pairs in flush.timed
         ]
+        statements += [(self._batch_sql[shape], chunk) for shape, chunk in flush.records.items() if chunk]
         if flush.fetches:
             statements.append((self._fetch_sql, _fetch_rows(flush.fetches)))
         if flush.idle:
@@ -146,6 +153,17 @@ class Sink:
             ]
         self._epochs.clear()
         return []
+
+    def _timed_rows(self, epoch: int, first: int, pairs: bytes) -> Iterator[tuple[Any, ...]]:
+        """Fast-shape rows (epoch, idx, t_request, t_return, t_prev_return) from a Timer's clock pairs."""
+        clocks = array("q")
+        clocks.frombytes(pairs)
+        t_request, t_return = clocks[0::2], clocks[1::2]
+        tail = self._tails.get(epoch)
+        before = tail[1] if tail is not None and tail[0] == first - 1 else None  # lapped: unknown
+        self._tails[epoch] = (first + len(t_return) - 1, t_return[-1])
+        prev = chain((before,), t_return[:-1])
+        return zip(repeat(epoch), range(first, first + len(t_return)), t_request, t_return, prev)
 
     def close(self) -> None:
         self.store.close()
@@ -170,7 +188,7 @@ def open_failure(db_path: str, exc: BaseException) -> Message:
 # built-in types records are made of about twice as fast as pickle, and
 # decoding it can never run code or import a module. Payloads:
 #   ("open", db_path, run_start_fields, wall0_s, perf0_ns)
-#   ("flush", records, epochs, fetches, idle, samples, update)
+#   ("flush", records, timed, epochs, fetches, idle, samples, update)
 #   ("close",)
 # and the sink's replies are lists of Message tuples.
 CLOSE = ("close",)
@@ -186,7 +204,7 @@ def open_payload(opening: Open) -> tuple[Any, ...]:
 
 
 def flush_payload(flush: Flush) -> tuple[Any, ...]:
-    return ("flush", flush.records, flush.epochs, flush.fetches, flush.idle, flush.samples, flush.update)
+    return ("flush", flush.records, flush.timed, flush.epochs, flush.fetches, flush.idle, flush.samples, flush.update)
 
 
 def read_frame(stream: BinaryIO) -> Any:
