@@ -14,6 +14,7 @@ line also says how many records it dropped.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import os
 import random
@@ -31,6 +32,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 import collector
+from collector import watcher
+from collector.hotloop import COMPILED, PyTimer
 from collector.store.pipe import connect, launch
 from collector.store.sink import Flush, Open, RunStart
 
@@ -56,6 +59,16 @@ def reference_loader(workers: int = 0) -> DataLoader[Any]:
 def no_collate_loader(workers: int) -> DataLoader[int]:
     """Faster still: ints, no collate, a deep prefetch queue: the collector's worst case."""
     return DataLoader(Trivial(), batch_size=None, num_workers=workers, prefetch_factor=64 if workers else None)
+
+
+@contextlib.contextmanager
+def python_loop() -> Iterator[None]:
+    """What a machine without a C compiler runs: the hot loop's Python twin."""
+    compiled, watcher.Timer = watcher.Timer, PyTimer
+    try:
+        yield
+    finally:
+        watcher.Timer = compiled
 
 
 def endless(loader: Any) -> Iterator[Any]:
@@ -172,10 +185,16 @@ def main() -> None:
     # Short turns, many rounds: this machine's noise comes in bursts longer than a turn.
     rounds, seconds, scale = (5, 0.05, 10) if args.quick else (201, 0.05, 1)
     with tempfile.TemporaryDirectory() as tmp:
-        print(f"python {sys.version.split()[0]}, torch {torch.__version__}, {os.cpu_count()} CPUs", flush=True)
+        print(
+            f"python {sys.version.split()[0]}, torch {torch.__version__}, {os.cpu_count()} CPUs, "
+            f"hot loop {'compiled' if COMPILED else 'in Python (no compiler at install)'}",
+            flush=True,
+        )
         if args.only in (None, "overhead"):
             db = os.path.join(tmp, "overhead.sqlite")
             compare("reference: TensorDataset, batch_size=1, num_workers=0", reference_loader, seconds, rounds, db)
+            with python_loop():
+                compare("reference, Python loop (no compiler)", reference_loader, seconds, rounds, db)
             compare("reference with num_workers=2", lambda: reference_loader(2), seconds, max(5, rounds // 5), db)
             compare("no collate, num_workers=0", lambda: no_collate_loader(0), seconds, rounds, db)
             compare("no collate, num_workers=2", lambda: no_collate_loader(2), seconds, rounds, db)

@@ -42,6 +42,26 @@ def test_two_processes_write_one_file_with_no_lost_rows(db_path):
     assert {r[0] for r in query(db_path, "SELECT status FROM runs")} == {"completed"}
 
 
+OPEN_AT = """
+import sys, time
+from collector.store.writer import Store
+while time.time() < float(sys.argv[2]):
+    pass
+Store(sys.argv[1]).close()
+"""
+
+
+def test_processes_creating_one_new_file_at_the_same_moment_all_succeed(tmp_path):
+    for attempt in range(5):  # without the retry, about half of such attempts failed with "database is locked"
+        path = str(tmp_path / f"new{attempt}.sqlite")
+        start_at = str(time.time() + 0.5)
+        procs = [
+            subprocess.Popen([sys.executable, "-c", OPEN_AT, path, start_at], stderr=subprocess.PIPE) for _ in range(3)
+        ]
+        for p in procs:
+            assert p.wait(timeout=60) == 0, p.stderr.read().decode() if p.stderr else ""
+
+
 def test_sigkill_keeps_all_but_the_last_half_second_and_reads_as_stopped(db_path, tmp_path):
     log = tmp_path / "loop.log"
     proc = spawn(db_path, "doomed", "0", "0.005", str(log))

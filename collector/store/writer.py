@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -106,15 +107,30 @@ class Store:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
-        self.conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
-        try:
-            self._prepare()
-        except sqlite3.DatabaseError as exc:
-            self.conn.close()
-            raise NotAStallwatchFile(f"{self.path} is not a stallwatch file: {exc}") from exc
-        except BaseException:
-            self.conn.close()
-            raise
+        # NOTE [ Creating a file together ]
+        # Several processes (DDP ranks, their writers) often open a new file at
+        # the same moment. Switching it to WAL needs a lock that SQLite reports
+        # as busy without waiting, so preparing is retried until the busy
+        # timeout rather than read as a broken file.
+        deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+        while True:
+            self.conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+            try:
+                self._prepare()
+                return
+            except sqlite3.OperationalError as exc:
+                self.conn.close()
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise NotAStallwatchFile(f"{self.path} is not a stallwatch file: {exc}") from exc
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(random.uniform(0.005, 0.05))
+            except sqlite3.DatabaseError as exc:
+                self.conn.close()
+                raise NotAStallwatchFile(f"{self.path} is not a stallwatch file: {exc}") from exc
+            except BaseException:
+                self.conn.close()
+                raise
 
     def _prepare(self) -> None:
         self.conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
