@@ -47,7 +47,10 @@ def test_sweep_lands_within_10pct_of_the_grid_best_while_trying_fewer_settings(
     chosen = adaptive.chosen.setting
     assert chosen.num_workers >= 2  # fewer cannot use both of the storage's readers
     measured = {t.setting: t.samples_per_s or 0.0 for t in full.trials}
-    assert measured[chosen] >= 0.9 * max(measured.values())
+    # A 0.6 s trial can read up to ~10% high (batches prefetched before its
+    # window opened); no setting can truly beat the storage's cap.
+    cap = sweep_factories.READERS / sweep_factories.SAMPLE_S
+    assert measured[chosen] >= 0.9 * min(max(measured.values()), cap)
 
 
 def test_every_trial_is_a_run_tagged_with_its_sweep_and_exactly_one_is_chosen(unpaced: tuple[str, SweepResult]) -> None:
