@@ -50,8 +50,10 @@ class PyTimer:
         from array import array
 
         start = max(self._read, self.count - self._capacity)
-        lo, n = start % self._capacity, self.count - start
-        pairs = (self._ring[2 * lo :] + self._ring[: 2 * lo])[: 2 * n]
+        lo = start % self._capacity
+        hi = lo + self.count - start  # may run past the ring's end: then it wraps
+        ring = self._ring
+        pairs = ring[2 * lo : 2 * hi] if hi <= self._capacity else ring[2 * lo :] + ring[: 2 * (hi - self._capacity)]
         self._read = self.count
         return start, array("q", pairs).tobytes()
 
