@@ -87,6 +87,7 @@ class Monitor(threading.Thread):
         self._mono_ns = mono_ns
         self.wall0 = wall_clock()
         self.perf0 = mono_ns()
+        self._opening = Open(db_path, start, self.wall0, self.perf0)  # the writer's first frame
         self.stop_event = threading.Event()
         self.ready = threading.Event()  # set once the run row exists (or cannot)
         self.run_id: int | None = None
@@ -124,11 +125,8 @@ class Monitor(threading.Thread):
     def start(self) -> None:
         """Launch the writer process here, on the caller's thread (NOTE [ Forked children ]), then run."""
         if not self._writer_in_process:
-            self._launched = launch(self._opening())
+            self._launched = launch(self._opening)
         super().start()
-
-    def _opening(self) -> Open:
-        return Open(self.db_path, self.start_info, self.wall0, self.perf0)
 
     def run(self) -> None:
         try:
@@ -153,7 +151,7 @@ class Monitor(threading.Thread):
         self._close()
 
     def _open(self) -> None:
-        self._link, replies = connect(self._opening(), self._launched)
+        self._link, replies = connect(self._opening, self._launched)
         self._launched = None
         self._handle(replies)
         if self._link is None:
@@ -230,7 +228,8 @@ class Monitor(threading.Thread):
         for shape, records in self.shared.records.items():
             chunk = [records.popleft() for _ in range(len(records))]
             if chunk:
-                self._count(chunk[-1][0], chunk[-1][1], len(chunk))
+                # described batches are counted with their Timer's pairs
+                self._count(chunk[-1][0], chunk[-1][1], 0 if shape == "described" else len(chunk))
                 chunks[shape] = chunk
         return chunks
 
@@ -296,7 +295,7 @@ class Monitor(threading.Thread):
         self._adapt_stride(chunks, timed)
         samples, self._rows = self._rows, {name: [] for name in self._rows}
         if self._link is None:
-            self._unwritten += sum(len(chunk) for chunk in chunks.values()) + sum(len(p) // 16 for *_, p in timed)
+            self._unwritten += Flush(records=chunks, timed=timed).record_count()
             return
         update, self._run_update = self._run_update, {}
         if beat:

@@ -58,7 +58,7 @@ class Session:
         self.loader = loader
         self._iterate = iterate  # `collector run` passes DataLoader's original __iter__
         self.shared = Shared(
-            records={shape: deque(maxlen=BUFFER_RECORDS) for shape in ("queue", "sampled")},
+            records={shape: deque(maxlen=BUFFER_RECORDS) for shape in ("queue", "sampled", "described")},
             epoch_events=deque(maxlen=100_000),
             resolver=IdleResolver(),
             stride=[1],
@@ -128,7 +128,7 @@ class Session:
         # described batches the Timer times every next() in C.
         timer = Timer(it, BUFFER_RECORDS)
         self.shared.timers[epoch] = timer
-        append_sampled = self.shared.records["sampled"].append
+        append_described = self.shared.records["described"].append
         cpu_clock = time.thread_time_ns
         stride = self.shared.stride
         nxt = timer.__next__
@@ -142,7 +142,7 @@ class Session:
                     return
                 cpu_ns = cpu_clock() - c0
                 t0, t1, prev = timer.last  # type: ignore[misc]
-                append_sampled((epoch, idx, t0, t1, prev, *NO_QUEUE, *describe_batch(batch), cpu_ns))
+                append_described((epoch, idx, t0, t1, prev, *NO_QUEUE, *describe_batch(batch), cpu_ns))
                 if idx == 0:
                     self.shared.epoch_events.append(("first", epoch, t_start, t1))
                 yield batch

@@ -35,6 +35,22 @@ def recorded_db(tmp_path_factory: pytest.TempPathFactory) -> str:
     return path
 
 
+def _foreign_run(store: Store, name: str, workers: int, started_at: float) -> int:
+    """A run row as another machine's training process would have left it."""
+    return store.create_run(
+        name,
+        config={"num_workers": workers},
+        host={},
+        versions={},
+        hostname="elsewhere",
+        pid=1,
+        command="train.py",
+        rank=None,
+        world_size=None,
+        started_at=started_at,
+    )
+
+
 @pytest.fixture(scope="session")
 def odd_runs_db(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A crashed run (recorded through watch), a run whose process vanished, and a run with zero batches."""
@@ -49,31 +65,9 @@ def odd_runs_db(tmp_path_factory: pytest.TempPathFactory) -> str:
     store = Store(path)
     try:
         long_ago = time.time() - 3600
-        vanished = store.create_run(
-            "vanished",
-            config={"num_workers": 2},
-            host={},
-            versions={},
-            hostname="elsewhere",
-            pid=1,
-            command="train.py",
-            rank=None,
-            world_size=None,
-            started_at=long_ago,
-        )
+        vanished = _foreign_run(store, "vanished", workers=2, started_at=long_ago)
         store.write({}, run_update={"heartbeat_at": long_ago + 5}, run_id=vanished)
-        store.create_run(
-            "no-batches",
-            config={"num_workers": 0},
-            host={},
-            versions={},
-            hostname="elsewhere",
-            pid=1,
-            command="train.py",
-            rank=None,
-            world_size=None,
-            started_at=long_ago,
-        )
+        _foreign_run(store, "no-batches", workers=0, started_at=long_ago)
         store.conn.execute(
             "UPDATE runs SET status = 'completed', ended_at = ? WHERE name = 'no-batches'", (long_ago + 1,)
         )

@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader
 
 import collector
 from collector.errors import NotAStallwatchFile, SchemaTooNew
+from collector.hotloop import Timer
 from collector.monitor import Monitor, Rates, RunStart, Shared
 from collector.store.reader import Reader, run_state
 from collector.store.sink import Flush, Open, Sink
@@ -169,6 +170,22 @@ def test_writer_falling_behind_drops_oldest_records_and_counts_them(db_path):
     events.append(("end", 0, 0, 40))  # the epoch ended after 40 batches: 31..39 never drained
     monitor._drain_epochs(float)
     assert monitor.dropped == 29
+
+
+def test_a_lapped_timer_counts_its_lost_batches_once(db_path):
+    records = {"described": deque(maxlen=10)}
+    shared = Shared(records=records, epoch_events=deque(), resolver=None, stride=[1])  # type: ignore[arg-type]
+    monitor = Monitor(db_path, RunStart("lapped", {}, {}, {}, "host", 1, "cmd", None, None), shared, Rates(0, 0))
+    timer = Timer(range(10), 4)
+    shared.timers[0] = timer
+    for idx in range(10):
+        next(timer)
+        if idx in (0, 5, 9):  # the plain loop's described batches: also among the timer's pairs
+            records["described"].append((0, idx, *timer.last, *(None,) * 9, 0))  # type: ignore[misc]
+    monitor._drain_records()
+    timed = monitor._drain_timers()
+    assert [(epoch, first) for epoch, first, _ in timed] == [(0, 6)]
+    assert monitor.dropped == 6  # batches 0..5 fell out of the 4-entry ring
 
 
 def test_a_writer_process_that_dies_costs_records_not_training(db_path, collector_warnings):

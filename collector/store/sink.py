@@ -94,7 +94,11 @@ class Flush:
     update: dict[str, Any] = field(default_factory=dict)
 
     def record_count(self) -> int:
-        return sum(len(chunk) for chunk in self.records.values()) + sum(len(p) // 16 for *_, p in self.timed)
+        """Batches in this frame (a described batch is also among the timed pairs: counted once)."""
+        described = len(self.records.get("described", ()))
+        return (
+            sum(len(chunk) for chunk in self.records.values()) - described + sum(len(p) // 16 for *_, p in self.timed)
+        )
 
 
 class Sink:
