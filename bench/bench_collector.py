@@ -34,6 +34,7 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset
 import collector
 from collector import watcher
 from collector.hotloop import COMPILED, PyTimer
+from collector.sampling import Rates
 from collector.store.pipe import connect, launch
 from collector.store.sink import Flush, Open, RunStart
 
@@ -161,7 +162,7 @@ def writer(rows: int, db: str) -> None:
             Flush(records={shape: [make(n) for n in range(i, min(i + chunk, rows))]}) for i in range(0, rows, chunk)
         ]
         start = RunStart(f"bench-writer-{shape}", {}, {}, {}, "bench", os.getpid(), "bench", None, None)
-        opening = Open(db, start, time.time(), time.perf_counter_ns())
+        opening = Open(db, start, time.time(), time.perf_counter_ns(), Rates(gpu_hz=0, host_hz=0))
         link, replies = connect(opening, launch(opening))
         assert link is not None, replies
         started = time.perf_counter()

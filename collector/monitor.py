@@ -1,4 +1,4 @@
-"""The one background thread: samples GPU and host, and flushes records to SQLite."""
+"""The one background thread: drains the training thread's buffers and feeds the writer."""
 
 from __future__ import annotations
 
@@ -9,13 +9,12 @@ import time
 import warnings
 from collections import deque
 from collections.abc import Callable
-from dataclasses import astuple, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from collector.cuda_idle import IdleResolver
-from collector.host import HostSampler
 from collector.hotloop import Timer
-from collector.nvml import Nvml
+from collector.sampling import HostFactory, NvmlFactory, Rates
 from collector.store.pipe import Link, ProcessLink, connect, launch
 from collector.store.sink import Flush, Message, Open, RunStart
 from collector.worker_timing import TimingRings
@@ -29,22 +28,8 @@ class CollectorWarning(RuntimeWarning):
 
 FLUSH_INTERVAL_S = 0.2  # the issue asks for at least every 250 ms
 HEARTBEAT_INTERVAL_S = 1.0
-DETAIL_MEMORY_INTERVAL_S = 5.0  # USS/PSS walk page tables: expensive
-DEVICE_REFRESH_INTERVAL_S = 5.0
 LINK_CLOSE_TIMEOUT_S = 8.0  # within the session's 10 s close
 PAIR_T_RETURN = struct.Struct("=q")  # one int64 of a Timer's (t_request_ns, t_return_ns) pairs
-
-
-@dataclass(frozen=True)
-class Rates:
-    gpu_hz: float = 10.0
-    host_hz: float = 2.0
-
-    def __post_init__(self) -> None:
-        for name in ("gpu_hz", "host_hz"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or value < 0:
-                raise ValueError(f"{name} must be a number >= 0 (0 turns that sampling off), got {value!r}")
 
 
 @dataclass
@@ -61,7 +46,11 @@ class Shared:
 
 
 class Monitor(threading.Thread):
-    """Samples, drains the buffers and feeds the writer. The one broad ``except`` sits in ``run``."""
+    """Drains the buffers and feeds the writer. The one broad ``except`` sits in ``run``.
+
+    The writer samples GPU and host (NOTE [ Sampling beside the writer ]);
+    the sampler factories are for tests and need ``writer_in_process=True``.
+    """
 
     def __init__(
         self,
@@ -70,13 +59,15 @@ class Monitor(threading.Thread):
         shared: Shared,
         rates: Rates,
         *,
-        nvml_factory: Callable[[Callable[[str, str], None]], Nvml] = Nvml,
-        host_factory: Callable[[Callable[[str, str], None]], HostSampler] = HostSampler,
+        nvml_factory: NvmlFactory | None = None,
+        host_factory: HostFactory | None = None,
         wall_clock: Callable[[], float] = time.time,
         mono_ns: Callable[[], int] = time.perf_counter_ns,
         writer_in_process: bool = False,
     ) -> None:
         super().__init__(name="stallwatch-monitor", daemon=True)
+        if (nvml_factory or host_factory) and not writer_in_process:
+            raise TypeError("sampler factories only reach a writer in this process: add writer_in_process=True")
         self.db_path = db_path
         self.start_info = start
         self.shared = shared
@@ -87,7 +78,7 @@ class Monitor(threading.Thread):
         self._mono_ns = mono_ns
         self.wall0 = wall_clock()
         self.perf0 = mono_ns()
-        self._opening = Open(db_path, start, self.wall0, self.perf0)  # the writer's first frame
+        self._opening = Open(db_path, start, self.wall0, self.perf0, rates)  # the writer's first frame
         self.stop_event = threading.Event()
         self.ready = threading.Event()  # set once the run row exists (or cannot)
         self.run_id: int | None = None
@@ -103,11 +94,7 @@ class Monitor(threading.Thread):
         self._run_update: dict[str, Any] = {}  # sent with the next flush
         self._epochs: dict[int, list[Any]] = {}
         self._dirty_epochs: set[int] = set()
-        self._workers: dict[int, int] = {}
-        self._rows: dict[str, list[tuple[Any, ...]]] = {"gpu_samples": [], "host_samples": [], "proc_samples": []}
-        self._nvml: Nvml | None = None
-        self._host: HostSampler | None = None
-        self._due = {"gpu": 0.0, "host": 0.0, "flush": 0.0, "beat": 0.0, "detail": 0.0, "devices": 0.0}
+        self._due = {"flush": 0.0, "beat": 0.0}
         self.final_status: tuple[str, str | None] | None = None
 
     # -- warnings -----------------------------------------------------------
@@ -134,7 +121,7 @@ class Monitor(threading.Thread):
         finally:
             self.ready.set()
         while True:
-            next_due = min(self._due["flush"], self._due["gpu"], self._due["host"])
+            next_due = min(self._due["flush"], float("inf") if self._link is None else self._link.due())
             wait_s = max(0.0, next_due - time.monotonic())
             stopping = self.stop_event.wait(min(wait_s, FLUSH_INTERVAL_S))
             try:
@@ -151,18 +138,9 @@ class Monitor(threading.Thread):
         self._close()
 
     def _open(self) -> None:
-        self._link, replies = connect(self._opening, self._launched)
+        self._link, replies = connect(self._opening, self._launched, self._nvml_factory, self._host_factory)
         self._launched = None
         self._handle(replies)
-        if self._link is None:
-            return
-        if self.rates.gpu_hz > 0:
-            self._nvml = self._nvml_factory(self.warn)
-            if self._nvml.available:
-                host = {**self.start_info.host, "gpus": self._nvml.device_info()}
-                self._run_update["host"] = json.dumps(host, default=str)
-        if self.rates.host_hz > 0:
-            self._host = self._host_factory(self.warn)
 
     def _handle(self, messages: list[Message]) -> None:
         for kind, *rest in messages:
@@ -174,8 +152,6 @@ class Monitor(threading.Thread):
                 self._unwritten += rest[0]
 
     def _close(self) -> None:
-        if self._nvml is not None:
-            self._nvml.close()
         if self._link is not None:
             link, self._link = self._link, None
             self._handle(link.close(LINK_CLOSE_TIMEOUT_S))
@@ -186,34 +162,13 @@ class Monitor(threading.Thread):
         now = time.monotonic()
         wall = self._wall()
         due = self._due
-        if self._nvml is not None and self._nvml.available and (final or now >= due["gpu"]):
-            if now >= due["devices"]:
-                self._nvml.refresh_devices()
-                due["devices"] = now + DEVICE_REFRESH_INTERVAL_S
-            self._rows["gpu_samples"].extend(astuple(g) for g in self._nvml.sample(wall))
-            due["gpu"] = now + 1.0 / self.rates.gpu_hz
-        if self._host is not None and now >= due["host"]:
-            self._sample_host(wall, detail=now >= due["detail"])
-            if now >= due["detail"]:
-                due["detail"] = now + DETAIL_MEMORY_INTERVAL_S
-            due["host"] = now + 1.0 / self.rates.host_hz
-        for name in ("gpu", "host"):
-            if (name == "gpu" and (self._nvml is None or not self._nvml.available)) or (
-                name == "host" and self._host is None
-            ):
-                due[name] = float("inf")
+        if self._link is not None and now >= self._link.due():
+            self._link.sample()  # only where the writer runs in this thread
         if final or now >= due["flush"]:
             self._flush(wall, beat=final or now >= due["beat"], final=final)
             due["flush"] = now + FLUSH_INTERVAL_S
             if now >= due["beat"]:
                 due["beat"] = now + HEARTBEAT_INTERVAL_S
-
-    def _sample_host(self, wall: float, detail: bool) -> None:
-        assert self._host is not None
-        h = self._host.host(wall)
-        per_core = None if h.per_core_pct is None else json.dumps(h.per_core_pct)
-        self._rows["host_samples"].append((h.ts, h.cpu_pct, per_core, h.mem_available_bytes, h.disk_read_bps))
-        self._rows["proc_samples"].extend(astuple(p) for p in self._host.processes(wall, self._workers, detail))
 
     @property
     def dropped(self) -> int:
@@ -258,9 +213,7 @@ class Monitor(threading.Thread):
             kind, epoch, t_ns, *rest = events.popleft()
             row = self._epochs.setdefault(epoch, [epoch, wall_of(t_ns), None, None, 0, "[]"])
             if kind == "start":
-                pids = rest[0]
-                row[5] = json.dumps(pids)
-                self._workers = {pid: i for i, pid in enumerate(pids)}
+                row[5] = json.dumps(rest[0])  # worker pids: the writer samples them too
             elif kind == "first":
                 row[3] = max(0.0, (rest[0] - t_ns) / 1e9)
             else:
@@ -293,7 +246,6 @@ class Monitor(threading.Thread):
         fetches = self._drain_fetches()
         idle = self.shared.resolver.resolve(self._mono_ns())
         self._adapt_stride(chunks, timed)
-        samples, self._rows = self._rows, {name: [] for name in self._rows}
         if self._link is None:
             self._unwritten += Flush(records=chunks, timed=timed).record_count()
             return
@@ -314,9 +266,7 @@ class Monitor(threading.Thread):
                     update["error"] = error
         epochs = [tuple(self._epochs[e]) for e in sorted(self._dirty_epochs)]
         self._dirty_epochs.clear()
-        flush = Flush(
-            records=chunks, timed=timed, epochs=epochs, fetches=fetches, idle=idle, samples=samples, update=update
-        )
+        flush = Flush(records=chunks, timed=timed, epochs=epochs, fetches=fetches, idle=idle, update=update)
         try:
             self._link.send(flush)
         except OSError as exc:  # the writer process is gone

@@ -204,7 +204,7 @@ def test_a_writer_process_that_dies_costs_records_not_training(db_path, collecto
 
 
 def test_a_failed_write_counts_its_records_and_keeps_epoch_rows_for_the_next(db_path):
-    sink = Sink(Open(db_path, RunStart("sink", {}, {}, {}, "host", 1, "cmd", None, None), 0.0, 0))
+    sink = Sink(Open(db_path, RunStart("sink", {}, {}, {}, "host", 1, "cmd", None, None), 0.0, 0, Rates(0, 0)))
     records = {"fast": [(0, i, i * 10, i * 10 + 5, None) for i in range(3)]}
     blocker = sqlite3.connect(db_path, isolation_level=None, timeout=0.1)
     blocker.execute("BEGIN EXCLUSIVE")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from types import SimpleNamespace
 
@@ -17,17 +19,19 @@ from collector.cuda_idle import IdleResolver
 from collector.host import HostSampler
 from collector.nvml import Nvml
 from collector.store.reader import Reader
+from collector.store.sink import CLOSE, WAITED, FrameReader, frame_bytes
 
 
-def nvml_factory(fake):
-    return lambda warn: Nvml(warn, pynvml=fake)
+def with_fake_nvml(fake):
+    """watch() arguments for a fake NVML: fakes reach only a writer in this process."""
+    return {"nvml_factory": lambda warn: Nvml(warn, pynvml=fake), "writer_in_process": True}
 
 
 def test_fake_nvml_keeps_every_buffered_sample_with_memory_and_power(db_path, fake_nvml):
     for i in range(5):
         fake_nvml.push(0, 1_000_000 + i * 166_000, 30 + i * 10)
     fake_nvml.push(1, 1_000_000, 99)
-    with collector.watch([1, 2], db=db_path, host_hz=0, nvml_factory=nvml_factory(fake_nvml)) as watched:
+    with collector.watch([1, 2], db=db_path, host_hz=0, **with_fake_nvml(fake_nvml)) as watched:
         list(watched)
         run_id = watched.run_id
     rows = query(db_path, "SELECT gpu, ts, util_pct, mem_used_bytes, mem_total_bytes, power_w FROM gpu_samples")
@@ -43,16 +47,14 @@ def test_fake_nvml_keeps_every_buffered_sample_with_memory_and_power(db_path, fa
 
 def test_utilisation_rates_are_the_fallback_without_a_sample_buffer(db_path):
     fake = FakeNvml(gpus=1, samples=False)
-    with collector.watch([1], db=db_path, host_hz=0, nvml_factory=nvml_factory(fake)) as watched:
+    with collector.watch([1], db=db_path, host_hz=0, **with_fake_nvml(fake)) as watched:
         list(watched)
     assert {r[0] for r in query(db_path, "SELECT util_pct FROM gpu_samples")} == {42.0}
 
 
 def test_no_nvml_gives_one_warning_and_no_gpu_rows(db_path, collector_warnings):
     fake = FakeNvml(init_error=OSError("libnvidia-ml.so.1: cannot open shared object file"))
-    watched = collector.watch(
-        DataLoader(SlowDataset(6), batch_size=2), db=db_path, host_hz=0, nvml_factory=nvml_factory(fake)
-    )
+    watched = collector.watch(DataLoader(SlowDataset(6), batch_size=2), db=db_path, host_hz=0, **with_fake_nvml(fake))
     with watched:
         for _ in range(3):
             list(watched)
@@ -114,6 +116,56 @@ def test_host_and_process_samples_are_recorded(db_path):
     assert set(procs.role) == {"main", "worker"}
     assert set(procs[procs.role == "worker"].worker_id) <= {0, 1}
     assert procs.uss_bytes.notna().any()  # the first detailed sample
+
+
+def test_the_writer_process_samples_the_host_not_the_training_process(db_path, monkeypatch):
+    def not_here(*args, **kwargs):
+        raise AssertionError("host sampled inside the training process")
+
+    monkeypatch.setattr(HostSampler, "host", not_here)  # this process only: the writer has its own
+    loader = DataLoader(SlowDataset(20, sleep_s=0.02), batch_size=2, num_workers=1)
+    with collector.watch(loader, db=db_path, gpu_hz=0, host_hz=20) as watched:
+        list(watched)
+    (workers,) = query(db_path, "SELECT worker_pids FROM epochs")[0]
+    assert len(query(db_path, "SELECT * FROM host_samples")) >= 3
+    assert {pid for (pid,) in query(db_path, "SELECT DISTINCT pid FROM proc_samples")} == {
+        os.getpid(),
+        *json.loads(workers),
+    }
+    assert query(db_path, "SELECT warnings FROM runs")[0][0] in (None, "[]")
+
+
+def test_missing_nvml_in_the_writer_process_is_one_warning(db_path, collector_warnings):
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:
+        pass  # no driver, no library: what this test is about
+    else:
+        pytest.skip("this machine has a working NVML")
+    with collector.watch(range(3), db=db_path, host_hz=0) as watched:
+        list(watched)
+    messages = collector_messages(collector_warnings)
+    assert len(messages) == 1 and "NVML is not available" in messages[0]
+    assert query(db_path, "SELECT COUNT(*) FROM gpu_samples") == [(0,)]
+    assert "NVML is not available" in query(db_path, "SELECT warnings FROM runs")[0][0]
+
+
+def test_frame_reader_waits_no_longer_than_asked_and_ends_with_its_input():
+    read_fd, write_fd = os.pipe()
+    reader = FrameReader(read_fd)
+    frame = frame_bytes(("flush", [1, 2, 3]))
+    os.write(write_fd, frame[:5])
+    started = time.monotonic()
+    assert reader.next(0.05) is WAITED  # half a frame is not a frame
+    assert 0.04 < time.monotonic() - started < 2.0
+    os.write(write_fd, frame[5:] + frame_bytes(CLOSE))
+    assert reader.next(0.05) == ("flush", [1, 2, 3])
+    assert reader.next(None) == CLOSE
+    os.close(write_fd)
+    assert reader.next(None) is None
+    os.close(read_fd)
 
 
 class FakeGpu:

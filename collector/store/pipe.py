@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import marshal
 import os
 import select
 import subprocess
@@ -14,10 +13,12 @@ import weakref
 from pathlib import Path
 from typing import Protocol
 
+from collector.sampling import HostFactory, NvmlFactory
 from collector.store.sink import (
     CLOSE,
-    FRAME_HEADER,
+    READ_BYTES,
     Flush,
+    FrameBuffer,
     Message,
     Open,
     Sink,
@@ -28,15 +29,18 @@ from collector.store.sink import (
 )
 
 START_TIMEOUT_S = 15.0
-PIPE_BYTES = 1 << 20  # one flush of a 100k batches/s loop, so the monitor rarely waits
+PIPE_BYTES = READ_BYTES  # one flush of a 100k batches/s loop, so the monitor rarely waits
 F_SETPIPE_SZ = 1031  # Linux; elsewhere the default pipe size only means more round trips
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding collector/
 # Isolated (-I: no working directory, no PYTHON* variables on the path), the
 # standard library imported first, then this very copy of collector: the
 # writer runs the same code as its parent whatever the user's sys.path.
+# The parent's other absolute path entries come last, so psutil and pynvml
+# (NOTE [ Sampling beside the writer ]) are found even from a user site.
 BOOT = (
-    "import sys, array, dataclasses, json, marshal, signal, sqlite3, struct; "
+    "import sys, array, dataclasses, json, marshal, select, signal, sqlite3, struct; "
     "sys.path.insert(0, {root!r}); "
+    "sys.path += [p for p in {path!r} if p not in sys.path]; "
     "from collector.store.sink import main; main()"
 )
 
@@ -45,6 +49,10 @@ class Link(Protocol):
     """Where the monitor sends frames and hears back from."""
 
     def send(self, flush: Flush) -> None: ...
+
+    def due(self) -> float: ...
+
+    def sample(self) -> None: ...
 
     def messages(self) -> list[Message]: ...
 
@@ -59,7 +67,7 @@ class ProcessLink:
         self._replies, replies_w = os.pipe()
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-I", "-c", BOOT.format(root=PACKAGE_ROOT)],
+                [sys.executable, "-I", "-c", BOOT.format(root=PACKAGE_ROOT, path=_parent_path())],
                 stdin=frames_r,
                 stdout=replies_w,
                 stderr=subprocess.DEVNULL,
@@ -75,7 +83,7 @@ class ProcessLink:
         with contextlib.suppress(OSError):
             fcntl.fcntl(self._frames, F_SETPIPE_SZ, PIPE_BYTES)
         os.set_blocking(self._replies, False)
-        self._pending = b""
+        self._incoming = FrameBuffer()
         self._eof = False
         _links.add(self)
         self._write(open_payload(opening))
@@ -100,25 +108,20 @@ class ProcessLink:
     def send(self, flush: Flush) -> None:
         self._write(flush_payload(flush))
 
+    def due(self) -> float:
+        return float("inf")  # the child samples on its own clock
+
+    def sample(self) -> None:
+        pass
+
     def messages(self) -> list[Message]:
         """Replies that have arrived, without waiting."""
+        out: list[Message] = []
         with contextlib.suppress(BlockingIOError):
             while chunk := os.read(self._replies, 1 << 16):
-                self._pending += chunk
+                for reply in self._incoming.feed(chunk):
+                    out.extend(reply)
             self._eof = True
-        return self._parse()
-
-    def _parse(self) -> list[Message]:
-        out: list[Message] = []
-        data = self._pending
-        while len(data) >= FRAME_HEADER.size:
-            (size,) = FRAME_HEADER.unpack_from(data)
-            end = FRAME_HEADER.size + size
-            if len(data) < end:
-                break
-            out.extend(marshal.loads(data[FRAME_HEADER.size : end]))
-            data = data[end:]
-        self._pending = data
         return out
 
     def close(self, timeout_s: float) -> list[Message]:
@@ -159,8 +162,12 @@ def _close_in_child() -> None:
 os.register_at_fork(after_in_child=_close_in_child)
 
 
+def _parent_path() -> list[str]:
+    return [p for p in sys.path if p and os.path.isabs(p)]
+
+
 class LocalLink:
-    """The Sink run inside the monitor thread, for where no child process can start."""
+    """The Sink (and its Sampler) run inside the monitor thread, for where no child process can start."""
 
     def __init__(self, sink: Sink) -> None:
         self.sink = sink
@@ -169,12 +176,20 @@ class LocalLink:
     def send(self, flush: Flush) -> None:
         self._messages.extend(self.sink.write(flush))
 
+    def due(self) -> float:
+        """When the sampler wants the monitor thread next (time.monotonic)."""
+        return self.sink.due()
+
+    def sample(self) -> None:
+        self.sink.sample()
+        self._messages.extend(self.sink.take_messages())
+
     def messages(self) -> list[Message]:
         out, self._messages = self._messages, []
         return out
 
     def close(self, timeout_s: float) -> list[Message]:
-        self.sink.close()
+        self._messages.extend(self.sink.close())
         return self.messages()
 
 
@@ -186,10 +201,16 @@ def launch(opening: Open) -> ProcessLink | None:
         return None
 
 
-def connect(opening: Open, launched: ProcessLink | None) -> tuple[Link | None, list[Message]]:
+def connect(
+    opening: Open,
+    launched: ProcessLink | None,
+    nvml_factory: NvmlFactory | None = None,
+    host_factory: HostFactory | None = None,
+) -> tuple[Link | None, list[Message]]:
     """Wait for the launched writer to create the run: (link, replies), link None when nothing can be recorded.
 
-    Without a writer process (none launched, or it died) the Sink runs in this thread.
+    Without a writer process (none launched, or it died) the Sink runs in this
+    thread, with the sampler factories given (tests hand in fakes).
     """
     if launched is not None:
         replies = launched.first_reply(START_TIMEOUT_S)
@@ -199,7 +220,7 @@ def connect(opening: Open, launched: ProcessLink | None) -> tuple[Link | None, l
             launched.close(START_TIMEOUT_S)  # it could not open the file and is exiting
             return None, replies
     try:
-        sink = Sink(opening)
+        sink = Sink(opening, nvml_factory=nvml_factory, host_factory=host_factory)
     except Exception as exc:  # noqa: BLE001 - unwritable path, full disk, foreign file
         return None, [open_failure(opening.db_path, exc)]
-    return LocalLink(sink), [("run_id", sink.run_id)]
+    return LocalLink(sink), [("run_id", sink.run_id), *sink.take_messages()]

@@ -5,19 +5,25 @@ The collector starts it (collector/store/pipe.py): frames on stdin, replies on s
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import marshal
+import os
+import select
 import signal
 import sqlite3
 import struct
 import sys
+import time
 from array import array
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import chain, repeat
 from typing import Any, BinaryIO
 
+from collector.sampling import HostFactory, NvmlFactory, Rates, Sampler
 from collector.store.writer import GPU_IDLE_UPDATE, SHAPE_COLUMNS, Store, batch_insert_sql, fetch_insert_sql
 from collector.worker_timing import FIELDS as FETCH_FIELDS  # see NOTE [ Timing rings ]
 
@@ -34,9 +40,11 @@ from collector.worker_timing import FIELDS as FETCH_FIELDS  # see NOTE [ Timing 
 # decides how the run ends) and exits on the close frame or at the end of its
 # input, so it never outlives a killed training process for long. Where it
 # cannot start, the same Sink runs inside the monitor thread
-# (collector/store/pipe.py).
+# (collector/store/pipe.py). The Sink also owns the run's Sampler: see NOTE
+# [ Sampling beside the writer ] in collector/sampling.py.
 
 FRAME_HEADER = struct.Struct("<I")
+READ_BYTES = 1 << 20  # the pipe's size (collector/store/pipe.py)
 
 Message = tuple[Any, ...]  # ("run_id", id) | ("warn", key, text) | ("unwritten", records)
 
@@ -59,12 +67,13 @@ class RunStart:
 
 @dataclass
 class Open:
-    """The first frame: where to write, the run to create, and the clocks' origin."""
+    """The first frame: where to write, the run to create, the clocks' origin and the sampling rates."""
 
     db_path: str
     start: RunStart
     wall0_s: float
     perf0_ns: int
+    rates: Rates
 
     def __post_init__(self) -> None:
         # Only plain built-ins cross the pipe (NOTE [ Frames ]): a
@@ -102,9 +111,14 @@ class Flush:
 
 
 class Sink:
-    """Owns the Store for one run and writes each Flush in one transaction."""
+    """Owns the Store and the Sampler for one run; writes each Flush, with the samples taken since, in one transaction.
 
-    def __init__(self, opening: Open) -> None:
+    The factories are for tests (fake NVML, fake psutil); see collector/sampling.py.
+    """
+
+    def __init__(
+        self, opening: Open, *, nvml_factory: NvmlFactory | None = None, host_factory: HostFactory | None = None
+    ) -> None:
         start = opening.start
         self.store = Store(opening.db_path)
         try:
@@ -130,9 +144,42 @@ class Sink:
         self._fetch_sql = fetch_insert_sql(self.run_id)
         self._epochs: dict[int, tuple[Any, ...]] = {}  # epoch rows not yet written
         self._tails: dict[int, tuple[int, int]] = {}  # epoch -> (idx, t_return_ns) of its last timed batch
+        self._messages: list[Message] = []  # the sampler's warnings, sent with the next reply
+        self.sampler = Sampler(
+            opening.rates,
+            start.pid,
+            start.host,
+            lambda key, text: self._messages.append(("warn", key, text)),
+            nvml_factory=nvml_factory,
+            host_factory=host_factory,
+        )
+
+    def due(self) -> float:
+        """When the sampler wants to run next (time.monotonic); see ``sample``."""
+        return self.sampler.due()
+
+    def sample(self) -> None:
+        self.sampler.sample()
+
+    def take_messages(self) -> list[Message]:
+        out, self._messages = self._messages, []
+        return out
 
     def write(self, flush: Flush) -> list[Message]:
-        """Write one frame; a failure costs its records (counted), never an exception."""
+        """Write one frame and the samples taken since the last; never raises.
+
+        A failure costs the frame's records (counted in the reply). Returns the
+        replies: the failure, and any warning from the sampler.
+        """
+        self.sampler.see_epochs(flush.epochs)
+        if self.sampler.due() <= time.monotonic():
+            self.sampler.sample()
+        samples, update = self.sampler.take()
+        for table, rows in flush.samples.items():
+            samples.setdefault(table, []).extend(rows)
+        return self._write(dataclasses.replace(flush, samples=samples, update={**update, **flush.update}))
+
+    def _write(self, flush: Flush) -> list[Message]:
         run_id = self.run_id
         # Timed rows first: a described batch's record replaces its plain row.
         statements: list[tuple[str, Any]] = [
@@ -151,12 +198,13 @@ class Sink:
             self.store.write(samples, epochs=epochs, run_update=flush.update, run_id=run_id, statements=statements)
         except sqlite3.Error as exc:
             name = type(exc).__name__
-            return [
+            self._messages += [
                 ("unwritten", flush.record_count()),
                 ("warn", f"write-{name}", f"recording problem ({name}: {exc}); continuing"),
             ]
-        self._epochs.clear()
-        return []
+        else:
+            self._epochs.clear()
+        return self.take_messages()
 
     def _timed_rows(self, epoch: int, first: int, pairs: bytes) -> Iterator[tuple[Any, ...]]:
         """Fast-shape rows (epoch, idx, t_request, t_return, t_prev_return) from a Timer's clock pairs."""
@@ -169,8 +217,15 @@ class Sink:
         prev = chain((before,), t_return[:-1])
         return zip(repeat(epoch), range(first, first + len(t_return)), t_request, t_return, prev)
 
-    def close(self) -> None:
-        self.store.close()
+    def close(self) -> list[Message]:
+        """Take a last sample, write what is left, close the file; the last replies."""
+        try:
+            self.sampler.sample(final=True)
+            messages = self.write(Flush())
+        finally:
+            self.sampler.close()
+            self.store.close()
+        return messages
 
 
 def _fetch_rows(segments: list[bytes]) -> list[tuple[float, ...]]:
@@ -191,7 +246,7 @@ def open_failure(db_path: str, exc: BaseException) -> Message:
 # A frame is a 4-byte length and a marshal payload: marshal encodes the
 # built-in types records are made of about twice as fast as pickle, and
 # decoding it can never run code or import a module. Payloads:
-#   ("open", db_path, run_start_fields, wall0_s, perf0_ns)
+#   ("open", db_path, run_start_fields, wall0_s, perf0_ns, (gpu_hz, host_hz))
 #   ("flush", records, timed, epochs, fetches, idle, samples, update)
 #   ("close",)
 # and the sink's replies are lists of Message tuples.
@@ -204,21 +259,64 @@ def frame_bytes(payload: Any) -> bytes:
 
 
 def open_payload(opening: Open) -> tuple[Any, ...]:
-    return ("open", opening.db_path, vars(opening.start), opening.wall0_s, opening.perf0_ns)
+    rates = (opening.rates.gpu_hz, opening.rates.host_hz)
+    return ("open", opening.db_path, vars(opening.start), opening.wall0_s, opening.perf0_ns, rates)
 
 
 def flush_payload(flush: Flush) -> tuple[Any, ...]:
     return ("flush", flush.records, flush.timed, flush.epochs, flush.fetches, flush.idle, flush.samples, flush.update)
 
 
-def read_frame(stream: BinaryIO) -> Any:
-    """The next payload, or None at end of input (a cut-off frame counts as the end)."""
-    header = stream.read(FRAME_HEADER.size)
-    if len(header) < FRAME_HEADER.size:
-        return None
-    (size,) = FRAME_HEADER.unpack(header)
-    data = stream.read(size)
-    return marshal.loads(data) if len(data) == size else None
+class FrameBuffer:
+    """Bytes in, whole payloads out: both ends of the pipe cut frames with it."""
+
+    def __init__(self) -> None:
+        self._data = bytearray()
+
+    def feed(self, chunk: bytes) -> list[Any]:
+        data = self._data
+        data += chunk
+        payloads = []
+        pos = 0
+        with memoryview(data) as view:
+            while len(data) - pos >= FRAME_HEADER.size:
+                (size,) = FRAME_HEADER.unpack_from(data, pos)
+                end = pos + FRAME_HEADER.size + size
+                if end > len(data):
+                    break
+                payloads.append(marshal.loads(view[pos + FRAME_HEADER.size : end]))
+                pos = end
+        del data[:pos]
+        return payloads
+
+
+WAITED = ("waited",)  # FrameReader.next: the time ran out first
+
+
+class FrameReader:
+    """Whole payloads from a pipe, waiting at most a given time for the next."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._buffer = FrameBuffer()
+        self._ready: deque[Any] = deque()
+        self._ended = False
+
+    def next(self, timeout_s: float | None) -> Any:
+        """The next payload; WAITED when ``timeout_s`` passed first; None at the end of input."""
+        deadline = None if timeout_s is None or timeout_s == float("inf") else time.monotonic() + timeout_s
+        while not self._ready:
+            if self._ended:
+                return None
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not select.select([self._fd], [], [], left)[0]:
+                return WAITED
+            chunk = os.read(self._fd, READ_BYTES)
+            if chunk:
+                self._ready.extend(self._buffer.feed(chunk))
+            else:
+                self._ended = True  # a cut-off frame counts as the end
+        return self._ready.popleft()
 
 
 def write_frame(stream: BinaryIO, payload: Any) -> None:
@@ -228,24 +326,35 @@ def write_frame(stream: BinaryIO, payload: Any) -> None:
 
 def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    frames, replies = sys.stdin.buffer, sys.stdout.buffer
-    payload = read_frame(frames)
+    incoming, replies = FrameReader(sys.stdin.fileno()), sys.stdout.buffer
+    payload = incoming.next(None)
     if not payload or payload[0] != "open":
         return
-    _, db_path, start, wall0_s, perf0_ns = payload
+    _, db_path, start, wall0_s, perf0_ns, rates = payload
     try:
-        sink = Sink(Open(db_path, RunStart(**start), wall0_s, perf0_ns))
+        sink = Sink(Open(db_path, RunStart(**start), wall0_s, perf0_ns, Rates(*rates)))
     except Exception as exc:  # noqa: BLE001 - unwritable path, full disk, foreign file: told to the parent
         write_frame(replies, [open_failure(db_path, exc)])
         return
-    write_frame(replies, [("run_id", sink.run_id)])
+    write_frame(replies, [("run_id", sink.run_id), *sink.take_messages()])
+    messages: list[Message] = []
     try:
-        while (payload := read_frame(frames)) and payload[0] == "flush":
-            messages = sink.write(Flush(*payload[1:]))
+        while True:
+            payload = incoming.next(sink.due() - time.monotonic())
+            if payload is WAITED:
+                sink.sample()
+                messages = sink.take_messages()
+            elif payload and payload[0] == "flush":
+                messages = sink.write(Flush(*payload[1:]))
+            else:  # the close frame, or the end of input: the training process is gone
+                break
             if messages:
                 write_frame(replies, messages)
     finally:
-        sink.close()
+        messages = sink.close()
+        if messages:
+            with contextlib.suppress(OSError):
+                write_frame(replies, messages)
 
 
 if __name__ == "__main__":

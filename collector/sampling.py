@@ -1,0 +1,127 @@
+"""GPU and host samples on their own clock, taken beside the Sink: in the writer process."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import astuple, dataclass
+from typing import Any
+
+from collector.host import HostSampler
+from collector.nvml import Nvml
+
+Warn = Callable[[str, str], None]
+NvmlFactory = Callable[[Warn], Nvml]
+HostFactory = Callable[[Warn], HostSampler]
+
+DETAIL_MEMORY_INTERVAL_S = 5.0  # USS/PSS walk page tables: expensive
+DEVICE_REFRESH_INTERVAL_S = 5.0
+SAMPLE_TABLES = ("gpu_samples", "host_samples", "proc_samples")
+
+# NOTE [ Sampling beside the writer ]
+# psutil and NVML are called from Python code that holds its interpreter's
+# GIL: in the training process, host sampling alone held it about 4.4 ms of
+# every second (bench/, num_workers=2), time the training thread waits for.
+# The writer process runs beside every run anyway, so the sampling happens
+# there: it learns the training process's pid from the run start and the
+# workers' pids from the epoch rows (NOTE [ Frames ]). psutil reads another
+# process's CPU and memory as well as its own, and NVML finds the GPUs a pid
+# computes on from any process. Where no writer process starts, the Sink
+# and this Sampler run in the monitor thread together.
+
+
+@dataclass(frozen=True)
+class Rates:
+    gpu_hz: float = 10.0
+    host_hz: float = 2.0
+
+    def __post_init__(self) -> None:
+        for name in ("gpu_hz", "host_hz"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"{name} must be a number >= 0 (0 turns that sampling off), got {value!r}")
+
+
+class Sampler:
+    """Samples the GPUs and the host when due; hands the rows to whoever writes the next flush.
+
+    ``nvml_factory`` and ``host_factory`` are parameters for tests (fake NVML, fake psutil).
+    """
+
+    def __init__(
+        self,
+        rates: Rates,
+        main_pid: int,
+        host_facts: dict[str, Any],
+        warn: Warn,
+        *,
+        nvml_factory: NvmlFactory | None = None,
+        host_factory: HostFactory | None = None,
+        wall_clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.rates = rates
+        self._wall = wall_clock
+        self._clock = clock
+        self._rows: dict[str, list[tuple[Any, ...]]] = {table: [] for table in SAMPLE_TABLES}
+        self._update: dict[str, Any] = {}
+        self._workers: dict[int, int] = {}  # pid -> worker id, of the newest epoch
+        self._newest_epoch = -1
+        self._nvml: Nvml | None = None
+        self._host: HostSampler | None = None
+        self._due = {"gpu": float("inf"), "host": float("inf"), "detail": 0.0, "devices": 0.0}
+        if rates.gpu_hz > 0:
+            nvml = (nvml_factory or (lambda w: Nvml(w, pid=main_pid)))(warn)
+            if nvml.available:
+                self._nvml = nvml
+                self._due["gpu"] = 0.0
+                self._update["host"] = json.dumps({**host_facts, "gpus": nvml.device_info()}, default=str)
+            else:
+                nvml.close()
+        if rates.host_hz > 0:
+            self._host = (host_factory or (lambda w: HostSampler(w, main_pid=main_pid)))(warn)
+            self._due["host"] = 0.0
+
+    def due(self) -> float:
+        """When the next sample is due, on ``clock``; infinity when nothing is sampled."""
+        return min(self._due["gpu"], self._due["host"])
+
+    def sample(self, final: bool = False) -> None:
+        """Take whatever is due (and a last GPU sample when ``final``)."""
+        now = self._clock()
+        wall = self._wall()
+        due = self._due
+        if self._nvml is not None and (final or now >= due["gpu"]):
+            if now >= due["devices"]:
+                self._nvml.refresh_devices()
+                due["devices"] = now + DEVICE_REFRESH_INTERVAL_S
+            self._rows["gpu_samples"].extend(astuple(g) for g in self._nvml.sample(wall))
+            due["gpu"] = now + 1.0 / self.rates.gpu_hz
+        if self._host is not None and now >= due["host"]:
+            detail = now >= due["detail"]
+            h = self._host.host(wall)
+            per_core = None if h.per_core_pct is None else json.dumps(h.per_core_pct)
+            self._rows["host_samples"].append((h.ts, h.cpu_pct, per_core, h.mem_available_bytes, h.disk_read_bps))
+            self._rows["proc_samples"].extend(astuple(p) for p in self._host.processes(wall, self._workers, detail))
+            if detail:
+                due["detail"] = now + DETAIL_MEMORY_INTERVAL_S
+            due["host"] = now + 1.0 / self.rates.host_hz
+
+    def see_epochs(self, rows: list[tuple[Any, ...]]) -> None:
+        """Follow the workers of the newest epoch (epoch rows carry their pids as JSON, in order)."""
+        for row in rows:
+            epoch, pids = row[0], row[5]
+            if epoch > self._newest_epoch:
+                self._newest_epoch = epoch
+                self._workers = {pid: i for i, pid in enumerate(json.loads(pids))}
+
+    def take(self) -> tuple[dict[str, list[tuple[Any, ...]]], dict[str, Any]]:
+        """The rows sampled since the last take, and the run update (the GPUs found), once."""
+        rows, self._rows = self._rows, {table: [] for table in SAMPLE_TABLES}
+        update, self._update = self._update, {}
+        return rows, update
+
+    def close(self) -> None:
+        if self._nvml is not None:
+            self._nvml.close()
