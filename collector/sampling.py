@@ -16,6 +16,7 @@ NvmlFactory = Callable[[Warn], Nvml]
 HostFactory = Callable[[Warn], HostSampler]
 
 DETAIL_MEMORY_INTERVAL_S = 5.0  # USS/PSS walk page tables: expensive
+DETAIL_MEMORY_BUDGET = 0.002  # at most 2 ms of CPU a second on them; see Sampler.sample
 DEVICE_REFRESH_INTERVAL_S = 5.0
 SAMPLE_TABLES = ("gpu_samples", "host_samples", "proc_samples")
 
@@ -60,10 +61,12 @@ class Sampler:
         host_factory: HostFactory | None = None,
         wall_clock: Callable[[], float] = time.time,
         clock: Callable[[], float] = time.monotonic,
+        cpu_clock: Callable[[], float] = time.thread_time,
     ) -> None:
         self.rates = rates
         self._wall = wall_clock
         self._clock = clock
+        self._cpu_clock = cpu_clock
         self._rows: dict[str, list[tuple[Any, ...]]] = {table: [] for table in SAMPLE_TABLES}
         self._update: dict[str, Any] = {}
         self._workers: dict[int, int] = {}  # pid -> worker id, of the newest epoch
@@ -100,12 +103,17 @@ class Sampler:
             due["gpu"] = now + 1.0 / self.rates.gpu_hz
         if self._host is not None and now >= due["host"]:
             detail = now >= due["detail"]
+            cpu0 = self._cpu_clock()
             h = self._host.host(wall)
             per_core = None if h.per_core_pct is None else json.dumps(h.per_core_pct)
             self._rows["host_samples"].append((h.ts, h.cpu_pct, per_core, h.mem_available_bytes, h.disk_read_bps))
             self._rows["proc_samples"].extend(astuple(p) for p in self._host.processes(wall, self._workers, detail))
             if detail:
-                due["detail"] = now + DETAIL_MEMORY_INTERVAL_S
+                # USS/PSS cost about 5 ms of CPU a process (a torch process's
+                # page tables; measured): with many workers, read them less
+                # often than every 5 s rather than spend more than the budget.
+                spent = self._cpu_clock() - cpu0
+                due["detail"] = now + max(DETAIL_MEMORY_INTERVAL_S, spent / DETAIL_MEMORY_BUDGET)
             due["host"] = now + 1.0 / self.rates.host_hz
 
     def see_epochs(self, rows: list[tuple[Any, ...]]) -> None:

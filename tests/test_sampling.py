@@ -18,6 +18,7 @@ from collector import cuda_idle
 from collector.cuda_idle import IdleResolver
 from collector.host import HostSampler
 from collector.nvml import Nvml
+from collector.sampling import Rates, Sampler
 from collector.store.reader import Reader
 from collector.store.sink import CLOSE, WAITED, FrameReader, frame_bytes
 
@@ -150,6 +151,44 @@ def test_missing_nvml_in_the_writer_process_is_one_warning(db_path, collector_wa
     assert len(messages) == 1 and "NVML is not available" in messages[0]
     assert query(db_path, "SELECT COUNT(*) FROM gpu_samples") == [(0,)]
     assert "NVML is not available" in query(db_path, "SELECT warnings FROM runs")[0][0]
+
+
+class CostlyHost:
+    """A host sampler whose USS/PSS reads cost ``detail_cpu_s`` of (fake) CPU time."""
+
+    def __init__(self, cpu, detail_cpu_s):
+        self.cpu, self.detail_cpu_s, self.details = cpu, detail_cpu_s, []
+
+    def host(self, now):
+        return SimpleNamespace(ts=now, cpu_pct=1.0, per_core_pct=(1.0,), mem_available_bytes=1, disk_read_bps=None)
+
+    def processes(self, now, workers, detail):
+        if detail:
+            self.details.append(now)
+            self.cpu[0] += self.detail_cpu_s
+        return []
+
+
+@pytest.mark.parametrize(("detail_cpu_s", "expected_gap_s"), [(0.004, 5.0), (0.04, 20.0)])
+def test_uss_pss_reads_back_off_when_they_cost_more_than_their_budget(detail_cpu_s, expected_gap_s):
+    now, cpu = [0.0], [0.0]
+    host = CostlyHost(cpu, detail_cpu_s)
+    sampler = Sampler(
+        Rates(gpu_hz=0, host_hz=2),
+        main_pid=1,
+        host_facts={},
+        warn=lambda key, text: None,
+        host_factory=lambda warn: host,
+        wall_clock=lambda: now[0],
+        clock=lambda: now[0],
+        cpu_clock=lambda: cpu[0],
+    )
+    while now[0] < 60.0:
+        now[0] = sampler.due()
+        sampler.sample()
+    gaps = {round(b - a, 1) for a, b in zip(host.details, host.details[1:], strict=False)}
+    assert gaps == {expected_gap_s}  # 2 ms of CPU a second at most: 40 ms a read -> every 20 s
+    assert len(sampler.take()[0]["host_samples"]) == 121
 
 
 def test_frame_reader_waits_no_longer_than_asked_and_ends_with_its_input():
