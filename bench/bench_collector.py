@@ -5,10 +5,15 @@ usage: python bench/bench_collector.py [--quick] [--only overhead|memory|writer]
 Overhead: the plain and the watched loader take short turns in one process,
 in a shuffled order each round, each turn after the same pause (so the
 monitor's backlog from one turn never lands in the next); the median of the
-per-round ratios watched/plain is reported with its quartiles, and the time
-the collector adds to each batch, which carries over between machines of
-different speed. A ratio is only honest if the collector kept up, so each
-line also says how many records it dropped.
+per-round ratios watched/plain is reported with its standard error and
+quartiles, and the time the collector adds to each batch, which carries over
+between machines of different speed. A ratio is only honest if the collector
+kept up, so each line also says how many records it dropped. With workers, a
+second plain loader takes turns as well: its ratio to the first (an A/A
+test) shows the noise floor. What the collector spends per second outside
+the loop (the monitor thread; the writer process's SQLite and sampling) runs
+during both sides' turns, so it is measured apart, in CPU milliseconds a
+second.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import psutil
@@ -35,7 +41,7 @@ import collector
 from collector import watcher
 from collector.hotloop import COMPILED, PyTimer
 from collector.sampling import Rates
-from collector.store.pipe import connect, launch
+from collector.store.pipe import ProcessLink, connect, launch
 from collector.store.sink import Flush, Open, RunStart
 
 PAUSE_S = 0.22  # before each turn: longer than one flush interval, so no backlog crosses turns
@@ -77,27 +83,40 @@ def endless(loader: Any) -> Iterator[Any]:
         yield from loader
 
 
-def turn(it: Iterator[Any], batches: int) -> float:
-    time.sleep(PAUSE_S)
+def turn(it: Iterator[Any], batches: int, pause_s: float = PAUSE_S) -> float:
+    time.sleep(pause_s)
     started = time.perf_counter()
     for _ in range(batches):
         next(it)
     return batches / (time.perf_counter() - started)
 
 
-def compare(label: str, make_loader: Callable[[], Any], seconds: float, rounds: int, db: str) -> None:
-    plain_it = endless(make_loader())
+@dataclass(frozen=True)
+class Turns:
+    """How one comparison takes turns: rounds, a turn's length, the pause before each."""
+
+    rounds: int
+    seconds: float = 0.05  # at the plain loader's speed
+    min_batches: int = MIN_TURN_BATCHES
+    pause_s: float = PAUSE_S
+
+
+def compare(label: str, make_loader: Callable[[], Any], turns: Turns, db: str, control: bool = False) -> None:
+    """Watched against plain; with ``control`` a second plain loader takes turns too (an A/A test)."""
     watched = collector.watch(make_loader(), db=db, run=f"bench-{label}")
-    sides = {"plain": plain_it, "watched": endless(watched)}
-    probe = turn(plain_it, 2_000)  # also starts the workers
-    turn(sides["watched"], 2_000)
-    batches = max(MIN_TURN_BATCHES, int(probe * seconds))
-    rates: dict[str, list[float]] = {"plain": [], "watched": []}
-    for _ in range(rounds):
+    sides = {"plain": endless(make_loader()), "watched": endless(watched)}
+    if control:
+        sides["control"] = endless(make_loader())
+    probe = turn(sides["plain"], 2_000)  # also starts the workers
+    for side in sides:
+        turn(sides[side], 2_000)
+    batches = max(turns.min_batches, int(probe * turns.seconds))
+    rates: dict[str, list[float]] = {side: [] for side in sides}
+    for _ in range(turns.rounds):
         order = list(sides)
         random.shuffle(order)
         for side in order:
-            rates[side].append(turn(sides[side], batches))
+            rates[side].append(turn(sides[side], batches, turns.pause_s))
     run_id = watched.run_id
     watched.close()
     with sqlite3.connect(db) as conn:
@@ -106,13 +125,53 @@ def compare(label: str, make_loader: Callable[[], Any], seconds: float, rounds: 
             (run_id, run_id),
         ).fetchone()
     pairs = list(zip(rates["watched"], rates["plain"], strict=True))
-    ratios = [w / p for w, p in pairs]
     costs_us = [(1 / w - 1 / p) * 1e6 for w, p in pairs]  # what the collector adds to each batch
-    q1, _, q3 = statistics.quantiles(ratios, n=4)
     print(
-        f"{label}: plain {statistics.median(rates['plain']):,.0f} batches/s; watched/plain median "
-        f"{statistics.median(ratios):.3f} (quartiles {q1:.3f}-{q3:.3f}; {rounds} rounds of {batches:,} batches), "
-        f"{statistics.median(costs_us):.2f} us added per batch; {stored:,} rows stored, {dropped:,} dropped",
+        f"{label}: plain {statistics.median(rates['plain']):,.0f} batches/s; watched/plain {_spread(pairs)} "
+        f"({turns.rounds} rounds of {batches:,} batches), {statistics.median(costs_us):.2f} us added per batch; "
+        f"{stored:,} rows stored, {dropped:,} dropped",
+        flush=True,
+    )
+    if control:
+        control_pairs = list(zip(rates["control"], rates["plain"], strict=True))
+        print(f"  noise floor: a second plain loader/plain {_spread(control_pairs)}", flush=True)
+
+
+def _spread(pairs: list[tuple[float, float]]) -> str:
+    """Median of the per-round ratios, its quartiles, and the median's standard error (bootstrap)."""
+    ratios = [a / b for a, b in pairs]
+    q1, median, q3 = statistics.quantiles(ratios, n=4)
+    rng = random.Random(0)
+    medians = [statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(500)]
+    return f"median {median:.3f} +- {statistics.stdev(medians):.3f} (quartiles {q1:.3f}-{q3:.3f})"
+
+
+def background(label: str, make_loader: Callable[[], Any], seconds: float, db: str) -> None:
+    """The collector's CPU per second outside the loop: the monitor thread and the writer process."""
+    watched = collector.watch(make_loader(), db=db, run=f"bench-background-{label}")
+    it = endless(watched)
+    turn(it, 2_000)
+    monitor = watched._session.monitor
+    link = monitor._link
+    writer = psutil.Process(link.proc.pid) if isinstance(link, ProcessLink) else None
+    me = psutil.Process()
+
+    def cpu() -> tuple[float, float]:
+        thread = next(t for t in me.threads() if t.id == monitor.native_id)
+        times = writer.cpu_times() if writer is not None else None
+        return thread.user_time + thread.system_time, 0.0 if times is None else times.user + times.system
+
+    (m0, w0), started, batches = cpu(), time.perf_counter(), 0
+    while time.perf_counter() - started < seconds:
+        for _ in range(1_000):
+            next(it)
+        batches += 1_000
+    elapsed = time.perf_counter() - started
+    m1, w1 = cpu()
+    watched.close()
+    print(
+        f"{label}, collector CPU beside the loop ({batches / elapsed:,.0f} batches/s): monitor thread "
+        f"{(m1 - m0) / elapsed * 1e3:.1f} ms/s, writer process (SQLite, sampling) {(w1 - w0) / elapsed * 1e3:.1f} ms/s",
         flush=True,
     )
 
@@ -184,7 +243,11 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     # Short turns, many rounds: this machine's noise comes in bursts longer than a turn.
-    rounds, seconds, scale = (5, 0.05, 10) if args.quick else (201, 0.05, 1)
+    rounds, scale = (5, 10) if args.quick else (201, 1)
+    fast = Turns(rounds)
+    # With workers a turn's noise is a few percent (worker scheduling): many
+    # short turns, and an A/A line that shows what a ratio can resolve.
+    workers = Turns(max(5, rounds * 3 // 2), min_batches=300, pause_s=0.05)
     with tempfile.TemporaryDirectory() as tmp:
         print(
             f"python {sys.version.split()[0]}, torch {torch.__version__}, {os.cpu_count()} CPUs, "
@@ -193,12 +256,13 @@ def main() -> None:
         )
         if args.only in (None, "overhead"):
             db = os.path.join(tmp, "overhead.sqlite")
-            compare("reference: TensorDataset, batch_size=1, num_workers=0", reference_loader, seconds, rounds, db)
+            compare("reference: TensorDataset, batch_size=1, num_workers=0", reference_loader, fast, db)
             with python_loop():
-                compare("reference, Python loop (no compiler)", reference_loader, seconds, rounds, db)
-            compare("reference with num_workers=2", lambda: reference_loader(2), seconds, max(5, rounds // 5), db)
-            compare("no collate, num_workers=0", lambda: no_collate_loader(0), seconds, rounds, db)
-            compare("no collate, num_workers=2", lambda: no_collate_loader(2), seconds, rounds, db)
+                compare("reference, Python loop (no compiler)", reference_loader, fast, db)
+            compare("reference with num_workers=2", lambda: reference_loader(2), workers, db, control=True)
+            background("reference with num_workers=2", lambda: reference_loader(2), 20.0 / scale, db)
+            compare("no collate, num_workers=0", lambda: no_collate_loader(0), fast, db)
+            compare("no collate, num_workers=2", lambda: no_collate_loader(2), workers, db)
         if args.only in (None, "memory"):
             memory(1_000_000 // scale, os.path.join(tmp, "memory.sqlite"))
         if args.only in (None, "writer"):
