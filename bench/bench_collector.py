@@ -154,12 +154,12 @@ def background(label: str, make_loader: Callable[[], Any], seconds: float, db: s
     monitor = watched._session.monitor
     link = monitor._link
     writer = psutil.Process(link.proc.pid) if isinstance(link, ProcessLink) else None
-    me = psutil.Process()
+    assert monitor.ident is not None
+    monitor_clock = time.pthread_getcpuclockid(monitor.ident)  # nanosecond CPU time of that one thread
 
     def cpu() -> tuple[float, float]:
-        thread = next(t for t in me.threads() if t.id == monitor.native_id)
         times = writer.cpu_times() if writer is not None else None
-        return thread.user_time + thread.system_time, 0.0 if times is None else times.user + times.system
+        return time.clock_gettime(monitor_clock), 0.0 if times is None else times.user + times.system
 
     (m0, w0), started, batches = cpu(), time.perf_counter(), 0
     while time.perf_counter() - started < seconds:
@@ -261,6 +261,7 @@ def main() -> None:
                 compare("reference, Python loop (no compiler)", reference_loader, fast, db)
             compare("reference with num_workers=2", lambda: reference_loader(2), workers, db, control=True)
             background("reference with num_workers=2", lambda: reference_loader(2), 20.0 / scale, db)
+            background("reference, num_workers=0", reference_loader, 20.0 / scale, db)
             compare("no collate, num_workers=0", lambda: no_collate_loader(0), fast, db)
             compare("no collate, num_workers=2", lambda: no_collate_loader(2), workers, db)
         if args.only in (None, "memory"):

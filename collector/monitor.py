@@ -69,9 +69,7 @@ class Monitor(threading.Thread):
         if (nvml_factory or host_factory) and not writer_in_process:
             raise TypeError("sampler factories only reach a writer in this process: add writer_in_process=True")
         self.db_path = db_path
-        self.start_info = start
         self.shared = shared
-        self.rates = rates
         self._nvml_factory = nvml_factory
         self._host_factory = host_factory
         self._wall = wall_clock

@@ -172,8 +172,7 @@ class Sink:
         replies: the failure, and any warning from the sampler.
         """
         self.sampler.see_epochs(flush.epochs)
-        if self.sampler.due() <= time.monotonic():
-            self.sampler.sample()
+        self.sampler.sample()  # whatever is due: frames may come faster than the sampler's timeouts
         samples, update = self.sampler.take()
         for table, rows in flush.samples.items():
             samples.setdefault(table, []).extend(rows)
@@ -249,7 +248,9 @@ def open_failure(db_path: str, exc: BaseException) -> Message:
 #   ("open", db_path, run_start_fields, wall0_s, perf0_ns, (gpu_hz, host_hz))
 #   ("flush", records, timed, epochs, fetches, idle, samples, update)
 #   ("close",)
-# and the sink's replies are lists of Message tuples.
+# and the sink's replies are lists of Message tuples. Epoch rows are
+# (epoch, started_at, ended_at, first_batch_s, batches, worker_pids_json):
+# the sampler follows the newest epoch's workers through them.
 CLOSE = ("close",)
 
 
