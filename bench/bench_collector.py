@@ -30,7 +30,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import psutil
@@ -263,7 +263,7 @@ def main() -> None:
             background("reference with num_workers=2", lambda: reference_loader(2), 20.0 / scale, db)
             background("reference, num_workers=0", reference_loader, 20.0 / scale, db)
             compare("no collate, num_workers=0", lambda: no_collate_loader(0), fast, db)
-            compare("no collate, num_workers=2", lambda: no_collate_loader(2), workers, db)
+            compare("no collate, num_workers=2", lambda: no_collate_loader(2), replace(workers, min_batches=2_000), db)
         if args.only in (None, "memory"):
             memory(1_000_000 // scale, os.path.join(tmp, "memory.sqlite"))
         if args.only in (None, "writer"):
