@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from array import array
 from collections.abc import Iterator
 from typing import Any
 
@@ -47,8 +48,6 @@ class PyTimer:
         return item
 
     def drain(self) -> tuple[int, bytes]:
-        from array import array
-
         start = max(self._read, self.count - self._capacity)
         lo = start % self._capacity
         hi = lo + self.count - start  # may run past the ring's end: then it wraps

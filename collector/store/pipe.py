@@ -178,10 +178,10 @@ class LocalLink:
 
     def due(self) -> float:
         """When the sampler wants the monitor thread next (time.monotonic)."""
-        return self.sink.due()
+        return self.sink.sampler.due()
 
     def sample(self) -> None:
-        self.sink.sample()
+        self.sink.sampler.sample()
         self._messages.extend(self.sink.take_messages())
 
     def messages(self) -> list[Message]:

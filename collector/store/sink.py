@@ -154,13 +154,6 @@ class Sink:
             host_factory=host_factory,
         )
 
-    def due(self) -> float:
-        """When the sampler wants to run next (time.monotonic); see ``sample``."""
-        return self.sampler.due()
-
-    def sample(self) -> None:
-        self.sampler.sample()
-
     def take_messages(self) -> list[Message]:
         out, self._messages = self._messages, []
         return out
@@ -341,9 +334,9 @@ def main() -> None:
     messages: list[Message] = []
     try:
         while True:
-            payload = incoming.next(sink.due() - time.monotonic())
+            payload = incoming.next(sink.sampler.due() - time.monotonic())
             if payload is WAITED:
-                sink.sample()
+                sink.sampler.sample()
                 messages = sink.take_messages()
             elif payload and payload[0] == "flush":
                 messages = sink.write(Flush(*payload[1:]))
