@@ -39,7 +39,7 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 import collector
 from collector import watcher
-from collector.hotloop import COMPILED, PyTimer
+from collector.hotloop import COMPILED, PyTimer, py_epoch
 from collector.sampling import Rates
 from collector.store.pipe import ProcessLink, connect, launch
 from collector.store.sink import Flush, Open, RunStart
@@ -70,12 +70,13 @@ def no_collate_loader(workers: int) -> DataLoader[int]:
 
 @contextlib.contextmanager
 def python_loop() -> Iterator[None]:
-    """What a machine without a C compiler runs: the hot loop's Python twin."""
-    compiled, watcher.Timer = watcher.Timer, PyTimer
+    """What a machine without a C compiler runs: the hot loop's Python twins."""
+    compiled = watcher.Timer, watcher.Epoch
+    watcher.Timer, watcher.Epoch = PyTimer, py_epoch
     try:
         yield
     finally:
-        watcher.Timer = compiled
+        watcher.Timer, watcher.Epoch = compiled
 
 
 def endless(loader: Any) -> Iterator[Any]:

@@ -1,7 +1,8 @@
-/* The hot loop in C: time each next() of an iterator into a ring of clock pairs.
+/* The hot loop in C: time each next() of an iterator into a ring of clock pairs
+ * (Timer), and run a whole plain epoch over it (Epoch).
  *
  * See NOTE [ Compiled hot loop ] in collector/hotloop.py, which holds the
- * pure-Python twin of this type (used where no compiler was available) and
+ * pure-Python twins of these types (used where no compiler was available) and
  * the contract both keep. Every method runs with the GIL held; the wrapped
  * iterator may release it inside next(), and the ring is only written after
  * that call returns, so a drain from another thread never sees half an entry.
@@ -23,13 +24,16 @@ typedef struct {
 } Timer;
 
 static inline int64_t
-monotonic_ns(void)
+clock_ns(clockid_t clock)
 {
-    /* the clock behind time.perf_counter_ns() on Linux */
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(clock, &ts);
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
+
+/* the clocks behind time.perf_counter_ns() and time.thread_time_ns() on Linux */
+#define monotonic_ns() clock_ns(CLOCK_MONOTONIC)
+#define thread_cpu_ns() clock_ns(CLOCK_THREAD_CPUTIME_ID)
 
 static PyObject *
 Timer_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
@@ -177,26 +181,215 @@ static PyTypeObject TimerType = {
     .tp_getset = Timer_getset,
 };
 
+/* -- Epoch: one plain epoch, timed in C, described every stride-th batch -- */
+
+typedef struct {
+    PyObject_HEAD
+    Timer *timer;
+    PyObject *on_batch;    /* on_batch(index, t0, t1, prev_t1 or None, cpu_ns, batch) -> next stride */
+    PyObject *on_end;      /* on_end(count, exception or None): once */
+    Py_ssize_t countdown;  /* batches to hand out before the next described one */
+    int ended;
+} Epoch;
+
+static PyObject *
+Epoch_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"timer", "on_batch", "on_end", NULL};
+    PyObject *timer, *on_batch, *on_end;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OO", kwlist, &TimerType, &timer, &on_batch, &on_end)) {
+        return NULL;
+    }
+    if (!PyCallable_Check(on_batch) || !PyCallable_Check(on_end)) {
+        PyErr_SetString(PyExc_TypeError, "on_batch and on_end must be callable");
+        return NULL;
+    }
+    Epoch *self = (Epoch *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    self->timer = (Timer *)Py_NewRef(timer);
+    self->on_batch = Py_NewRef(on_batch);
+    self->on_end = Py_NewRef(on_end);
+    return (PyObject *)self;
+}
+
+static int
+Epoch_traverse(Epoch *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->timer);
+    Py_VISIT(self->on_batch);
+    Py_VISIT(self->on_end);
+    return 0;
+}
+
+static int
+Epoch_clear(Epoch *self)
+{
+    Py_CLEAR(self->timer);
+    Py_CLEAR(self->on_batch);
+    Py_CLEAR(self->on_end);
+    return 0;
+}
+
+/* Call on_end(count, exc) once. exc may be NULL (None). */
+static void
+Epoch_end(Epoch *self, PyObject *exc)
+{
+    if (self->ended || self->timer == NULL) {
+        return;
+    }
+    self->ended = 1;
+    PyObject *result = PyObject_CallFunction(self->on_end, "LO", (long long)self->timer->head,
+                                             exc == NULL ? Py_None : exc);
+    if (result == NULL) {
+        PyErr_WriteUnraisable(self->on_end);
+    }
+    Py_XDECREF(result);
+}
+
+/* The iterator returned NULL: end the epoch, keep its exception (StopIteration: none). */
+static PyObject *
+Epoch_finish(Epoch *self)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    if (type != NULL && PyErr_GivenExceptionMatches(type, PyExc_StopIteration)) {
+        Py_CLEAR(type);
+        Py_CLEAR(value);
+        Py_CLEAR(tb);
+    }
+    if (type != NULL) {
+        PyErr_NormalizeException(&type, &value, &tb);
+        if (tb != NULL) {
+            PyException_SetTraceback(value, tb);
+        }
+    }
+    Epoch_end(self, value);
+    PyErr_Restore(type, value, tb);
+    return NULL;
+}
+
+static PyObject *
+Epoch_next(Epoch *self)
+{
+    if (self->ended) {
+        return NULL;
+    }
+    Timer *timer = self->timer;
+    if (self->countdown > 0) {
+        PyObject *item = Timer_next(timer);
+        if (item == NULL) {
+            return Epoch_finish(self);
+        }
+        self->countdown -= 1;
+        return item;
+    }
+    int64_t c0 = thread_cpu_ns();
+    PyObject *item = Timer_next(timer);
+    if (item == NULL) {
+        return Epoch_finish(self);
+    }
+    int64_t cpu_ns = thread_cpu_ns() - c0;
+    PyObject *prev = timer->prev_t1 < 0 ? Py_NewRef(Py_None) : PyLong_FromLongLong(timer->prev_t1);
+    PyObject *stride = prev == NULL ? NULL : PyObject_CallFunction(
+        self->on_batch, "LLLOLO", (long long)(timer->head - 1), (long long)timer->last_t0,
+        (long long)timer->last_t1, prev, (long long)cpu_ns, item);
+    Py_XDECREF(prev);
+    if (stride == NULL && !PyErr_ExceptionMatches(PyExc_Exception)) {
+        /* KeyboardInterrupt, SystemExit: the user's, so they go to the loop */
+        Py_DECREF(item);
+        return Epoch_finish(self);
+    }
+    Py_ssize_t k = stride == NULL ? -1 : PyLong_AsSsize_t(stride);
+    Py_XDECREF(stride);
+    if (k == -1 && PyErr_Occurred()) {
+        /* a fault in the collector's own callback: collector.hotloop.describing_failed */
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        PyErr_NormalizeException(&type, &value, &tb);
+        if (PyErr_WarnFormat(PyExc_RuntimeWarning, 1,
+                             "stallwatch: describing a batch failed (%s: %S); no more batch sizes this epoch",
+                             Py_TYPE(value)->tp_name, value) < 0) {
+            PyErr_Clear();  /* warnings turned into errors must not reach the loop either */
+        }
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+        self->countdown = PY_SSIZE_T_MAX;
+    } else {
+        self->countdown = k > 1 ? k - 1 : 0;
+    }
+    return item;
+}
+
+static void
+Epoch_finalize(Epoch *self)
+{
+    /* dropped before its end (the loop broke out early): not an error */
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    Epoch_end(self, NULL);
+    PyErr_Restore(type, value, tb);
+}
+
+static void
+Epoch_dealloc(Epoch *self)
+{
+    if (PyObject_CallFinalizerFromDealloc((PyObject *)self) < 0) {
+        return;  /* resurrected */
+    }
+    PyObject_GC_UnTrack(self);
+    Epoch_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+Epoch_get_count(Epoch *self, void *Py_UNUSED(closure))
+{
+    return PyLong_FromLongLong(self->timer == NULL ? 0 : self->timer->head);
+}
+
+static PyGetSetDef Epoch_getset[] = {
+    {"count", (getter)Epoch_get_count, NULL, "batches handed out so far", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject EpochType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "collector._hotloop.Epoch",
+    .tp_doc = "Epoch(timer, on_batch, on_end): iterates like the timer, describing every stride-th batch.",
+    .tp_basicsize = sizeof(Epoch),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = Epoch_new,
+    .tp_dealloc = (destructor)Epoch_dealloc,
+    .tp_finalize = (destructor)Epoch_finalize,
+    .tp_traverse = (traverseproc)Epoch_traverse,
+    .tp_clear = (inquiry)Epoch_clear,
+    .tp_iter = PyObject_SelfIter,
+    .tp_iternext = (iternextfunc)Epoch_next,
+    .tp_getset = Epoch_getset,
+};
+
 static struct PyModuleDef hotloop_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "collector._hotloop",
-    .m_doc = "The compiled twin of collector.hotloop.PyTimer.",
+    .m_doc = "The compiled twins of collector.hotloop.PyTimer and py_epoch.",
     .m_size = -1,
 };
 
 PyMODINIT_FUNC
 PyInit__hotloop(void)
 {
-    if (PyType_Ready(&TimerType) < 0) {
+    if (PyType_Ready(&TimerType) < 0 || PyType_Ready(&EpochType) < 0) {
         return NULL;
     }
     PyObject *module = PyModule_Create(&hotloop_module);
     if (module == NULL) {
         return NULL;
     }
-    Py_INCREF(&TimerType);
-    if (PyModule_AddObject(module, "Timer", (PyObject *)&TimerType) < 0) {
-        Py_DECREF(&TimerType);
+    if (PyModule_AddObjectRef(module, "Timer", (PyObject *)&TimerType) < 0
+        || PyModule_AddObjectRef(module, "Epoch", (PyObject *)&EpochType) < 0) {
         Py_DECREF(module);
         return NULL;
     }

@@ -1,4 +1,4 @@
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 class Timer:
@@ -8,3 +8,14 @@ class Timer:
     def __iter__(self) -> Iterator[Any]: ...
     def __next__(self) -> Any: ...
     def drain(self) -> tuple[int, bytes]: ...
+
+class Epoch:
+    count: int
+    def __init__(
+        self,
+        timer: Timer,
+        on_batch: Callable[[int, int, int, int | None, int, Any], int],
+        on_end: Callable[[int, BaseException | None], None],
+    ) -> None: ...
+    def __iter__(self) -> Iterator[Any]: ...
+    def __next__(self) -> Any: ...

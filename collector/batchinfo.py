@@ -8,6 +8,7 @@ from typing import Any
 
 BatchInfo = tuple[int | None, int | None, int | None]
 
+UNKNOWN: BatchInfo = (None, None, None)
 MAX_DEPTH = 3
 MAX_LEAVES = 64
 
@@ -16,8 +17,16 @@ def describe_batch(batch: Any) -> BatchInfo:
     """(samples, nbytes, pinned) of the tensors in ``batch``; None where there are none.
 
     Looks at most ``MAX_LEAVES`` tensors, ``MAX_DEPTH`` containers deep, so a
-    huge nested batch costs no more than a small one.
+    huge nested batch costs no more than a small one. A batch that raises when
+    walked (a user's container with a broken ``__len__``, say) reads as unknown.
     """
+    try:
+        return _describe(batch)
+    except Exception:  # noqa: BLE001 - see NOTE [ Never hurt training ]
+        return UNKNOWN
+
+
+def _describe(batch: Any) -> BatchInfo:
     torch = sys.modules.get("torch")
     if torch is None:
         return (_len(batch), None, None)

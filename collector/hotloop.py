@@ -1,10 +1,14 @@
-"""Time every next() of an iterator into a ring of clock pairs: compiled, or its Python twin."""
+"""Time every next() of an iterator into a ring of clock pairs, and run a plain epoch over it:
+compiled, or its Python twin."""
 
 from __future__ import annotations
 
+import contextlib
 import time
+import warnings
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from itertools import islice
 from typing import Any
 
 # NOTE [ Compiled hot loop ]
@@ -16,8 +20,22 @@ from typing import Any
 # t_return_ns) into a fixed ring of int64 pairs, no Python object made. The
 # monitor copies the ring out with ``drain()``; a reader lapped by more than
 # ``capacity`` entries loses the oldest (the ring is the bounded buffer). The
-# clock is CLOCK_MONOTONIC, time.perf_counter_ns()'s on Linux. ``PyTimer``
-# below keeps the same contract in Python where the extension is missing.
+# clock is CLOCK_MONOTONIC, time.perf_counter_ns()'s on Linux.
+#
+# ``Epoch(timer, on_batch, on_end)`` is a whole plain epoch, so that no Python
+# frame sits between the user's loop and the Timer: it hands out the timer's
+# items, and for every stride-th one (the first always) it also reads the
+# thread's CPU clock around next() and calls
+# ``on_batch(index, t0, t1, prev_t1, cpu_ns, batch)``, which describes the
+# batch and returns the next stride. ``on_end(count, exc)`` is called once:
+# at exhaustion (exc None), when next() raises (exc is that exception, which
+# then reaches the loop unchanged), or when the epoch is dropped before its
+# end (a loop that broke out early; exc None); next() is never called again.
+# A KeyboardInterrupt or SystemExit inside on_batch goes to the loop; any
+# other exception there is the collector's fault: one RuntimeWarning names it
+# (``describing_failed``) and describing stops, the batches keep coming.
+# ``PyTimer`` and ``py_epoch`` below keep the same contract in Python where
+# the extension is missing.
 
 
 class PyTimer:
@@ -57,9 +75,57 @@ class PyTimer:
         return start, array("q", pairs).tobytes()
 
 
+OnBatch = Callable[[int, int, int, "int | None", int, Any], int]
+OnEnd = Callable[[int, "BaseException | None"], None]
+
+
+def py_epoch(timer: Any, on_batch: OnBatch, on_end: OnEnd) -> Iterator[Any]:
+    """The pure-Python twin of ``collector._hotloop.Epoch``: a generator."""
+    cpu_clock = time.thread_time_ns
+    nxt = timer.__next__
+    failure: BaseException | None = None
+    try:
+        while True:
+            c0 = cpu_clock()
+            try:
+                batch = nxt()
+            except StopIteration:
+                return
+            cpu_ns = cpu_clock() - c0
+            t0, t1, prev = timer.last
+            try:
+                stride = max(1, on_batch(timer.count - 1, t0, t1, prev, cpu_ns, batch))
+            except Exception as exc:  # noqa: BLE001 - the collector's fault, never the loop's
+                describing_failed(exc)
+                yield batch
+                yield from timer
+                return
+            yield batch
+            if stride > 1:
+                before = timer.count
+                yield from islice(timer, stride - 1)
+                if timer.count - before < stride - 1:
+                    return  # exhausted
+    except GeneratorExit:  # the loop broke out early: not an error
+        raise
+    except BaseException as exc:
+        failure = exc
+        raise
+    finally:
+        on_end(timer.count, failure)
+
+
+def describing_failed(exc: BaseException) -> None:
+    """What both loops do when on_batch fails: one warning, then no more descriptions."""
+    message = f"stallwatch: describing a batch failed ({type(exc).__name__}: {exc}); no more batch sizes this epoch"
+    with contextlib.suppress(Exception):  # warnings turned into errors must not reach the loop either
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
 try:
-    from collector._hotloop import Timer
+    from collector._hotloop import Epoch, Timer
 except ImportError:  # no compiler at install time: same contract, slower
     Timer = PyTimer  # type: ignore[misc,assignment]
+    Epoch = py_epoch  # type: ignore[misc,assignment]
 
 COMPILED = Timer is not PyTimer

@@ -13,7 +13,6 @@ import traceback
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
-from itertools import islice
 from types import TracebackType
 from typing import Any
 
@@ -21,7 +20,7 @@ from collector import cuda_idle, loader_probe
 from collector.batchinfo import describe_batch
 from collector.cuda_idle import IdleResolver
 from collector.host import host_facts
-from collector.hotloop import Timer
+from collector.hotloop import Epoch, Timer
 from collector.monitor import Monitor, Rates, RunStart, Shared
 from collector.runinfo import command_line, distributed, loader_config, versions
 from collector.worker_timing import TimingRings, WorkerHook
@@ -124,36 +123,27 @@ class Session:
     # loop adds queue depth, worker ids and CUDA events, one tuple a batch.
 
     def _plain_loop(self, it: Iterator[Any], epoch: int, t_start: int) -> Iterator[Any]:
-        # See NOTE [ Compiled hot loop ] in collector/hotloop.py: between two
-        # described batches the Timer times every next() in C.
+        # See NOTE [ Compiled hot loop ] in collector/hotloop.py: the Timer
+        # times every next() in C, the Epoch around it calls back here for
+        # every stride-th batch (NOTE [ Batch size sampling ]) and at the end.
         timer = Timer(it, BUFFER_RECORDS)
         self.shared.timers[epoch] = timer
         append_described = self.shared.records["described"].append
-        cpu_clock = time.thread_time_ns
+        events = self.shared.epoch_events
         stride = self.shared.stride
-        nxt = timer.__next__
-        try:
-            while True:
-                idx = timer.count
-                c0 = cpu_clock()
-                try:
-                    batch = nxt()
-                except StopIteration:
-                    return
-                cpu_ns = cpu_clock() - c0
-                t0, t1, prev = timer.last  # type: ignore[misc]
-                append_described((epoch, idx, t0, t1, prev, *NO_QUEUE, *describe_batch(batch), cpu_ns))
-                if idx == 0:
-                    self.shared.epoch_events.append(("first", epoch, t_start, t1))
-                yield batch
-                yield from islice(timer, stride[0] - 1)  # See NOTE [ Batch size sampling ]
-        except GeneratorExit:  # the loop broke out early: not an error
-            raise
-        except BaseException as exc:
-            self.fail(exc)
-            raise
-        finally:
-            self.shared.epoch_events.append(("end", epoch, time.perf_counter_ns(), timer.count))
+
+        def on_batch(idx: int, t0: int, t1: int, prev: int | None, cpu_ns: int, batch: Any) -> int:
+            append_described((epoch, idx, t0, t1, prev, *NO_QUEUE, *describe_batch(batch), cpu_ns))
+            if idx == 0:
+                events.append(("first", epoch, t_start, t1))
+            return stride[0]
+
+        def on_end(count: int, failure: BaseException | None) -> None:
+            if failure is not None:
+                self.fail(failure)
+            events.append(("end", epoch, time.perf_counter_ns(), count))
+
+        return Epoch(timer, on_batch, on_end)
 
     def _full_loop(
         self, it: Iterator[Any], epoch: int, t_start: int, probe: loader_probe.Probe | None, cuda: bool

@@ -11,11 +11,13 @@ from conftest import query
 
 import collector
 from collector import hotloop, watcher
-from collector.hotloop import PyTimer
+from collector.hotloop import PyTimer, py_epoch
 
 TIMERS = [pytest.param(PyTimer, id="python")]
+EPOCHS = [pytest.param((PyTimer, py_epoch), id="python")]
 if hotloop.COMPILED:
     TIMERS.append(pytest.param(hotloop.Timer, id="compiled"))
+    EPOCHS.append(pytest.param((hotloop.Timer, hotloop.Epoch), id="compiled"))
 
 
 def pairs(data: bytes) -> list[tuple[int, int]]:
@@ -72,8 +74,119 @@ def test_exceptions_from_the_iterator_reach_the_caller_unchanged(timer_type):
         next(timer)
 
 
+class Calls:
+    """on_batch and on_end for an Epoch, recording what they were given."""
+
+    def __init__(self, stride=1, fail_with=None):
+        self.stride = stride
+        self.fail_with = fail_with
+        self.batches = []
+        self.ends = []
+
+    def on_batch(self, idx, t0, t1, prev, cpu_ns, batch):
+        self.batches.append((idx, t0, t1, prev, cpu_ns, batch))
+        if self.fail_with is not None:
+            raise self.fail_with
+        return self.stride
+
+    def on_end(self, count, failure):
+        self.ends.append((count, failure))
+
+
+class Source:
+    """An iterator that counts how often next() is called, and can fail at one index."""
+
+    def __init__(self, n, fail_at=None):
+        self.n, self.fail_at, self.calls = n, fail_at, 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        self.calls += 1
+        i = self.calls - 1
+        if i == self.fail_at:
+            raise KeyError("bad sample")
+        if i >= self.n:
+            raise StopIteration
+        return i
+
+
+@pytest.mark.parametrize("types", EPOCHS)
+def test_an_epoch_describes_every_stride_th_batch_with_its_clocks_and_ends_once(types):
+    timer_type, epoch_type = types
+    source, calls = Source(10), Calls(stride=3)
+    timer = timer_type(source, 64)
+    epoch = epoch_type(timer, calls.on_batch, calls.on_end)
+    assert list(epoch) == list(range(10))
+    clocks = pairs(timer.drain()[1])
+    assert [b[0] for b in calls.batches] == [0, 3, 6, 9]
+    for idx, t0, t1, prev, cpu_ns, batch in calls.batches:
+        assert (t0, t1) == clocks[idx] and batch == idx and cpu_ns >= 0
+        assert prev == (None if idx == 0 else clocks[idx - 1][1])
+    assert calls.ends == [(10, None)]
+    assert list(epoch) == [] and calls.ends == [(10, None)]
+    assert source.calls == 11  # never asked again after it ran out
+
+
+@pytest.mark.parametrize("types", EPOCHS)
+def test_an_epochs_source_exception_reaches_the_loop_unchanged_and_ends_it(types):
+    timer_type, epoch_type = types
+    calls = Calls(stride=2)
+    epoch = epoch_type(timer_type(Source(10, fail_at=5), 64), calls.on_batch, calls.on_end)
+    seen = []
+    with pytest.raises(KeyError, match="bad sample") as raised:
+        for batch in epoch:
+            seen.append(batch)
+    assert seen == [0, 1, 2, 3, 4]
+    assert calls.ends == [(5, raised.value)]
+    assert list(epoch) == []
+
+
+@pytest.mark.parametrize("types", EPOCHS)
+def test_an_epoch_dropped_early_ends_once_without_an_error(types):
+    timer_type, epoch_type = types
+    calls = Calls(stride=4)
+    epoch = epoch_type(timer_type(Source(100), 64), calls.on_batch, calls.on_end)
+    for batch in epoch:
+        if batch == 6:
+            break
+    assert calls.ends == []
+    del epoch
+    assert calls.ends == [(7, None)]
+
+
+@pytest.mark.parametrize("types", EPOCHS)
+def test_a_keyboard_interrupt_in_on_batch_goes_to_the_loop(types):
+    timer_type, epoch_type = types
+    calls = Calls(fail_with=KeyboardInterrupt())
+    epoch = epoch_type(timer_type(Source(10), 64), calls.on_batch, calls.on_end)
+    with pytest.raises(KeyboardInterrupt):
+        next(epoch)
+    assert len(calls.ends) == 1 and isinstance(calls.ends[0][1], KeyboardInterrupt)
+
+
+@pytest.mark.parametrize("types", EPOCHS)
+def test_a_fault_in_on_batch_warns_once_stops_describing_and_the_batches_keep_coming(types):
+    timer_type, epoch_type = types
+    calls = Calls(fail_with=ValueError("collector bug"))
+    epoch = epoch_type(timer_type(Source(10), 64), calls.on_batch, calls.on_end)
+    with pytest.warns(RuntimeWarning, match="describing a batch failed .*ValueError: collector bug"):
+        assert list(epoch) == list(range(10))
+    assert len(calls.batches) == 1 and calls.ends == [(10, None)]
+
+
+@pytest.mark.parametrize("types", EPOCHS)
+def test_a_stride_below_one_describes_every_batch(types):
+    timer_type, epoch_type = types
+    calls = Calls(stride=0)
+    assert list(epoch_type(timer_type(Source(5), 64), calls.on_batch, calls.on_end)) == list(range(5))
+    assert [b[0] for b in calls.batches] == [0, 1, 2, 3, 4]
+
+
 def test_the_python_twin_records_the_same_rows(db_path, monkeypatch):
     monkeypatch.setattr(watcher, "Timer", PyTimer)
+    monkeypatch.setattr(watcher, "Epoch", py_epoch)
     with collector.watch(range(300), db=db_path, gpu_hz=0, host_hz=0) as watched:
         assert list(watched) == list(range(300))
     assert query(db_path, "SELECT COUNT(*), COUNT(step_s), MIN(wait_s) >= 0 FROM batches") == [(300, 299, 1)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import warnings
 
 import pytest
 import torch
@@ -117,6 +118,26 @@ def test_batch_size_bytes_and_pinning_are_recorded(db_path):
         run_id = watched.run_id
     rows = query(db_path, "SELECT samples, nbytes, pinned FROM batches WHERE run_id=?", (run_id,))
     assert rows == [(4, 16, 0), (4, 16, 0)]
+
+
+class BrokenLen(list):
+    """A user's batch type whose __len__ raises: the collector must not care."""
+
+    def __len__(self):
+        raise ValueError("no length today")
+
+
+def test_a_batch_that_cannot_be_described_is_stored_with_unknown_size(db_path):
+    batches = [BrokenLen([i]) for i in range(5)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with quiet(batches, db_path) as watched:
+            assert [b[0] for b in watched] == [0, 1, 2, 3, 4]
+            run_id = watched.run_id
+    assert [str(w.message) for w in caught] == []  # not even the plain loop's last-resort warning
+    rows = query(db_path, "SELECT COUNT(*), COUNT(samples) FROM batches WHERE run_id=?", (run_id,))
+    assert rows == [(5, 0)]
+    assert query(db_path, "SELECT status FROM runs WHERE id=?", (run_id,)) == [("completed",)]
 
 
 @pytest.mark.parametrize(
