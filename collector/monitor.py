@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import struct
+import sys
 import threading
 import time
 import warnings
@@ -30,6 +32,7 @@ FLUSH_INTERVAL_S = 0.2  # the issue asks for at least every 250 ms
 HEARTBEAT_INTERVAL_S = 1.0
 LINK_CLOSE_TIMEOUT_S = 8.0  # within the session's 10 s close
 PAIR_T_RETURN = struct.Struct("=q")  # one int64 of a Timer's (t_request_ns, t_return_ns) pairs
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 @dataclass
@@ -43,6 +46,24 @@ class Shared:
     timing_rings: TimingRings | None = None  # created when the first workers start
     status: dict[str, Any] = field(default_factory=dict)  # set by the training thread on crash
     timers: dict[int, Timer] = field(default_factory=dict)  # epoch -> plain loop's; NOTE [ Compiled hot loop ]
+
+
+def user_frame() -> tuple[str, int]:
+    """(file, line) of the innermost caller outside this package: most often the line calling watch().
+
+    Where only the interpreter's own frames are outside (``python -m collector``),
+    the outermost frame of the package.
+    """
+    frame = last = sys._getframe(1)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not filename.startswith(PACKAGE_DIR):
+            if not filename.startswith("<"):
+                return filename, frame.f_lineno
+        else:
+            last = frame
+        frame = frame.f_back  # type: ignore[assignment]
+    return last.f_code.co_filename, last.f_lineno
 
 
 class Monitor(threading.Thread):
@@ -81,6 +102,7 @@ class Monitor(threading.Thread):
         self.ready = threading.Event()  # set once the run row exists (or cannot)
         self.run_id: int | None = None
         self.warned: dict[str, str] = {}
+        self._origin = user_frame()  # where warnings point: the line that called watch()
         self._warnings_dirty = False
         self._writer_in_process = writer_in_process
         self._produced: dict[int, int] = {}  # epoch -> batches handed out, as far as we know
@@ -98,12 +120,17 @@ class Monitor(threading.Thread):
     # -- warnings -----------------------------------------------------------
 
     def warn(self, key: str, message: str) -> None:
-        """Warn once per key; the message is also stored with the run."""
+        """Warn once per key; the message is also stored with the run.
+
+        Most warnings come from this thread, where no line of the user's is on
+        the stack, so each points at the line that started the recording.
+        """
         if key in self.warned:
             return
         self.warned[key] = message
         self._warnings_dirty = True
-        warnings.warn(f"stallwatch: {message}", CollectorWarning, stacklevel=2)
+        filename, lineno = self._origin
+        warnings.warn_explicit(f"stallwatch: {message}", CollectorWarning, filename, lineno)
 
     # -- lifecycle ----------------------------------------------------------
 

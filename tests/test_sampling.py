@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import time
@@ -56,11 +57,14 @@ def test_utilisation_rates_are_the_fallback_without_a_sample_buffer(db_path):
 def test_no_nvml_gives_one_warning_and_no_gpu_rows(db_path, collector_warnings):
     fake = FakeNvml(init_error=OSError("libnvidia-ml.so.1: cannot open shared object file"))
     watched = collector.watch(DataLoader(SlowDataset(6), batch_size=2), db=db_path, host_hz=0, **with_fake_nvml(fake))
+    watch_line = inspect.currentframe().f_lineno - 1
     with watched:
         for _ in range(3):
             list(watched)
     messages = collector_messages(collector_warnings)
     assert len(messages) == 1 and "NVML is not available" in messages[0] and "nvidia-ml-py" in messages[0]
+    # raised in the monitor thread, it points at the user's watch() line, not at the collector
+    assert [(w.filename, w.lineno) for w in collector_warnings] == [(__file__, watch_line)]
     assert query(db_path, "SELECT COUNT(*) FROM gpu_samples") == [(0,)]
     assert query(db_path, "SELECT COUNT(*) FROM batches") == [(9,)]
     assert Reader(db_path).run("latest")["host"].get("gpus", []) == []
