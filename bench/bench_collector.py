@@ -10,7 +10,10 @@ quartiles, and the time the collector adds to each batch, which carries over
 between machines of different speed. A ratio is only honest if the collector
 kept up, so each line also says how many records it dropped. With workers, a
 second plain loader takes turns as well: its ratio to the first (an A/A
-test) shows the noise floor. What the collector spends per second outside
+test) shows the noise floor. Two loaders built alike can differ by a percent
+or more in one process, so with workers the comparison is also made on one
+loader: every side takes the watched loader's own iterator, straight or
+through the collector (``SameLoader``). What the collector spends per second outside
 the loop (the monitor thread; the writer process's SQLite and sampling) runs
 during both sides' turns, so it is measured apart, in CPU milliseconds a
 second.
@@ -102,16 +105,27 @@ class Turns:
     pause_s: float = PAUSE_S
 
 
-def compare(label: str, make_loader: Callable[[], Any], turns: Turns, db: str, control: bool = False) -> None:
-    """Watched against plain; with ``control`` a second plain loader takes turns too (an A/A test)."""
+def compare(
+    label: str, make_loader: Callable[[], Any], turns: Turns, db: str, control: bool = False, same: bool = False
+) -> None:
+    """Watched against plain; with ``control`` a second plain side takes turns too (an A/A test).
+
+    With ``same`` every side takes the watched loader's one iterator (``SameLoader``).
+    """
     watched = collector.watch(make_loader(), db=db, run=f"bench-{label}")
-    sides = {"plain": endless(make_loader()), "watched": endless(watched)}
-    if control:
-        sides["control"] = endless(make_loader())
-    probe = turn(sides["plain"], 2_000)  # also starts the workers
-    for side in sides:
+    if same:
+        shared = SameLoader(watched)
+        sides = {"plain": shared.side(through=False), "watched": shared.side(through=True)}
+        if control:
+            sides["control"] = shared.side(through=False)
+    else:
+        sides = {"plain": endless(make_loader()), "watched": endless(watched)}
+        if control:
+            sides["control"] = endless(make_loader())
+    for side in sides:  # warm up: starts the workers
         turn(sides[side], 2_000)
-    batches = max(turns.min_batches, int(probe * turns.seconds))
+    speed = max(turn(sides["plain"], 2_000) for _ in range(3))
+    batches = max(turns.min_batches, int(speed * turns.seconds))
     rates: dict[str, list[float]] = {side: [] for side in sides}
     for _ in range(turns.rounds):
         order = list(sides)
@@ -135,7 +149,43 @@ def compare(label: str, make_loader: Callable[[], Any], turns: Turns, db: str, c
     )
     if control:
         control_pairs = list(zip(rates["control"], rates["plain"], strict=True))
-        print(f"  noise floor: a second plain loader/plain {_spread(control_pairs)}", flush=True)
+        what = "the same iterator in a second plain side" if same else "a second plain loader"
+        print(f"  noise floor: {what}/plain {_spread(control_pairs)}", flush=True)
+
+
+class SameLoader:
+    """One watched loader's batches, taken through the collector or straight from its iterator.
+
+    Sides made here share one DataLoader iterator (its workers, its queues), so
+    whatever makes one loader run faster than another in the same process (the
+    separate-loader A/A line shows it) cancels. Worker fetch timing runs on
+    every side: what this compares is the training process's part, the loop
+    and the monitor, with the writer's work landing on every side alike.
+    """
+
+    def __init__(self, watched: Any) -> None:
+        self._watched = watched
+        self._epoch()
+
+    def _epoch(self) -> None:
+        session = self._watched._session
+        opened: list[Iterator[Any]] = []
+        original = session._open_iterator
+        session._open_iterator = lambda: opened.append(original()) or opened[0]
+        try:
+            self._through = iter(self._watched)
+        finally:
+            del session._open_iterator
+        self._straight = opened[0]
+
+    def side(self, through: bool) -> Iterator[Any]:
+        """Endless batches, through the collector or straight; the first side to run out starts the next epoch."""
+        name = "_through" if through else "_straight"
+        while True:
+            current = getattr(self, name)
+            yield from current
+            if getattr(self, name) is current:
+                self._epoch()
 
 
 def _spread(pairs: list[tuple[float, float]]) -> str:
@@ -261,6 +311,14 @@ def main() -> None:
             with python_loop():
                 compare("reference, Python loop (no compiler)", reference_loader, fast, db)
             compare("reference with num_workers=2", lambda: reference_loader(2), workers, db, control=True)
+            compare(
+                "reference with num_workers=2, one iterator on every side",
+                lambda: reference_loader(2),
+                workers,
+                db,
+                control=True,
+                same=True,
+            )
             background("reference with num_workers=2", lambda: reference_loader(2), 20.0 / scale, db)
             background("reference, num_workers=0", reference_loader, 20.0 / scale, db)
             compare("no collate, num_workers=0", lambda: no_collate_loader(0), fast, db)

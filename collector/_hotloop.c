@@ -344,17 +344,6 @@ Epoch_dealloc(Epoch *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static PyObject *
-Epoch_get_count(Epoch *self, void *Py_UNUSED(closure))
-{
-    return PyLong_FromLongLong(self->timer == NULL ? 0 : self->timer->head);
-}
-
-static PyGetSetDef Epoch_getset[] = {
-    {"count", (getter)Epoch_get_count, NULL, "batches handed out so far", NULL},
-    {NULL, NULL, NULL, NULL, NULL},
-};
-
 static PyTypeObject EpochType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "collector._hotloop.Epoch",
@@ -368,7 +357,6 @@ static PyTypeObject EpochType = {
     .tp_clear = (inquiry)Epoch_clear,
     .tp_iter = PyObject_SelfIter,
     .tp_iternext = (iternextfunc)Epoch_next,
-    .tp_getset = Epoch_getset,
 };
 
 static struct PyModuleDef hotloop_module = {

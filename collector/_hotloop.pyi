@@ -10,7 +10,6 @@ class Timer:
     def drain(self) -> tuple[int, bytes]: ...
 
 class Epoch:
-    count: int
     def __init__(
         self,
         timer: Timer,
