@@ -33,6 +33,7 @@ HEARTBEAT_INTERVAL_S = 1.0
 LINK_CLOSE_TIMEOUT_S = 8.0  # within the session's 10 s close
 PAIR_T_RETURN = struct.Struct("=q")  # one int64 of a Timer's (t_request_ns, t_return_ns) pairs
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_WARNING_REGISTRIES: dict[str, dict[Any, Any]] = {}  # file -> its __warningregistry__ for our warnings
 
 
 @dataclass
@@ -123,14 +124,22 @@ class Monitor(threading.Thread):
         """Warn once per key; the message is also stored with the run.
 
         Most warnings come from this thread, where no line of the user's is on
-        the stack, so each points at the line that started the recording.
+        the stack, so each points at the line that started the recording; as
+        for any warning, the default filter shows it once per process and line
+        (a sweep's trials warn once).
         """
         if key in self.warned:
             return
         self.warned[key] = message
         self._warnings_dirty = True
         filename, lineno = self._origin
-        warnings.warn_explicit(f"stallwatch: {message}", CollectorWarning, filename, lineno)
+        warnings.warn_explicit(
+            f"stallwatch: {message}",
+            CollectorWarning,
+            filename,
+            lineno,
+            registry=_WARNING_REGISTRIES.setdefault(filename, {}),
+        )
 
     # -- lifecycle ----------------------------------------------------------
 

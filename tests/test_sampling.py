@@ -6,6 +6,7 @@ import inspect
 import json
 import os
 import time
+import warnings
 from types import SimpleNamespace
 
 import psutil
@@ -68,6 +69,17 @@ def test_no_nvml_gives_one_warning_and_no_gpu_rows(db_path, collector_warnings):
     assert query(db_path, "SELECT COUNT(*) FROM gpu_samples") == [(0,)]
     assert query(db_path, "SELECT COUNT(*) FROM batches") == [(9,)]
     assert Reader(db_path).run("latest")["host"].get("gpus", []) == []
+
+
+def test_runs_started_on_one_line_warn_once_under_the_default_filter(db_path):
+    fake = FakeNvml(init_error=OSError("libnvidia-ml.so.1: cannot open shared object file"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        for _ in range(3):  # a sweep's trials: the same warning, the same line
+            with collector.watch([1, 2], db=db_path, host_hz=0, **with_fake_nvml(fake)) as watched:
+                list(watched)
+    assert len(collector_messages(caught)) == 1
+    assert len(query(db_path, "SELECT id FROM runs WHERE warnings LIKE '%NVML is not available%'")) == 3
 
 
 def test_nvml_failing_mid_run_nulls_memory_and_warns_once(collector_warnings):
