@@ -91,7 +91,7 @@ class Flush:
     [ Record shapes ] in collector/store/writer.py) to hot-path tuples,
     ``timed`` holds (epoch, first idx, int64 clock pairs) from the plain
     loop's Timer (NOTE [ Compiled hot loop ]), ``fetches`` raw float64 ring segments, ``idle`` ((epoch, idx),
-    gpu_idle_s) pairs, ``samples`` maps a sample table to its rows.
+    gpu_idle_s) pairs. Samples are not in it: the Sink's own Sampler takes them.
     """
 
     records: dict[str, list[tuple[Any, ...]]] = field(default_factory=dict)
@@ -99,7 +99,6 @@ class Flush:
     epochs: list[tuple[Any, ...]] = field(default_factory=list)
     fetches: list[bytes] = field(default_factory=list)
     idle: list[tuple[tuple[int, int], float | None]] = field(default_factory=list)
-    samples: dict[str, list[tuple[Any, ...]]] = field(default_factory=dict)
     update: dict[str, Any] = field(default_factory=dict)
 
     def record_count(self) -> int:
@@ -167,11 +166,9 @@ class Sink:
         self.sampler.see_epochs(flush.epochs)
         self.sampler.sample()  # whatever is due: frames may come faster than the sampler's timeouts
         samples, update = self.sampler.take()
-        for table, rows in flush.samples.items():
-            samples.setdefault(table, []).extend(rows)
-        return self._write(dataclasses.replace(flush, samples=samples, update={**update, **flush.update}))
+        return self._write(dataclasses.replace(flush, update={**update, **flush.update}), samples)
 
-    def _write(self, flush: Flush) -> list[Message]:
+    def _write(self, flush: Flush, samples: dict[str, list[tuple[Any, ...]]]) -> list[Message]:
         run_id = self.run_id
         # Timed rows first: a described batch's record replaces its plain row.
         statements: list[tuple[str, Any]] = [
@@ -182,12 +179,12 @@ class Sink:
             statements.append((self._fetch_sql, _fetch_rows(flush.fetches)))
         if flush.idle:
             statements.append((GPU_IDLE_UPDATE, [(s, run_id, key[0], key[1]) for key, s in flush.idle]))
-        samples = {table: [(run_id, *row) for row in rows] for table, rows in flush.samples.items()}
+        sample_rows = {table: [(run_id, *row) for row in rows] for table, rows in samples.items()}
         for row in flush.epochs:
             self._epochs[row[0]] = row
         epochs = [(run_id, *row) for _, row in sorted(self._epochs.items())]
         try:
-            self.store.write(samples, epochs=epochs, run_update=flush.update, run_id=run_id, statements=statements)
+            self.store.write(sample_rows, epochs=epochs, run_update=flush.update, run_id=run_id, statements=statements)
         except sqlite3.Error as exc:
             name = type(exc).__name__
             self._messages += [
@@ -239,7 +236,7 @@ def open_failure(db_path: str, exc: BaseException) -> Message:
 # built-in types records are made of about twice as fast as pickle, and
 # decoding it can never run code or import a module. Payloads:
 #   ("open", db_path, run_start_fields, wall0_s, perf0_ns, (gpu_hz, host_hz))
-#   ("flush", records, timed, epochs, fetches, idle, samples, update)
+#   ("flush", records, timed, epochs, fetches, idle, update)
 #   ("close",)
 # and the sink's replies are lists of Message tuples. Epoch rows are
 # (epoch, started_at, ended_at, first_batch_s, batches, worker_pids_json):
@@ -258,7 +255,7 @@ def open_payload(opening: Open) -> tuple[Any, ...]:
 
 
 def flush_payload(flush: Flush) -> tuple[Any, ...]:
-    return ("flush", flush.records, flush.timed, flush.epochs, flush.fetches, flush.idle, flush.samples, flush.update)
+    return ("flush", flush.records, flush.timed, flush.epochs, flush.fetches, flush.idle, flush.update)
 
 
 class FrameBuffer:
