@@ -9,8 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from collector.diagnosis.findings import Report
 from collector.errors import InsufficientData, StallwatchError
-from collector.findings import Report
 
 # Names the diagnosis may give its "only the newest seconds" argument (for the live view).
 WINDOW_PARAMETERS = ("window_s", "recent_s", "last_s", "window", "since_s")
@@ -81,7 +81,7 @@ def diagnose(path: str, run_id: int, window_s: float | None = None, *, live: boo
 def report_text(report: Report) -> str:
     """The text report: ``python -m collector report``'s own rendering when present, else a plain one."""
     try:
-        module = importlib.import_module("collector.report_cli")
+        module = importlib.import_module("collector.cli.report")
     except ImportError:
         module = None
     for name in ("render", "render_text", "format_text", "text_report"):

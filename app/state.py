@@ -12,8 +12,8 @@ import streamlit as st
 from app import diagnosis
 from app.run_data import CompareData, RunViewData, load_compare, load_run_view
 from app.settings import default_db
+from collector.diagnosis.findings import Report
 from collector.errors import StallwatchError
-from collector.findings import Report
 from collector.store import series
 from collector.store.reader import Reader
 

@@ -41,11 +41,11 @@ import torch
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 import collector
-from collector import watcher
-from collector.hotloop import COMPILED, PyTimer, py_epoch
-from collector.sampling import Rates
-from collector.store.pipe import ProcessLink, connect, launch
-from collector.store.sink import Flush, Open, RunStart
+from collector.record import session as watcher
+from collector.record.hotloop import COMPILED, PyTimer, py_epoch
+from collector.sample.sampler import Rates
+from collector.writer.child import Flush, Open, RunStart
+from collector.writer.link import ProcessLink, connect, launch
 
 PAUSE_S = 0.22  # before each turn: longer than one flush interval, so no backlog crosses turns
 MIN_TURN_BATCHES = 1_000

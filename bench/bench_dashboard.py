@@ -2,7 +2,7 @@
 
     python bench/bench_dashboard.py [--batches 1000000] [--gpu-seconds 3600] [--db PATH] [--keep]
 
-The file is written through ``collector.store.writer.Store`` (not the live
+The file is written through ``collector.store.connection.Store`` (not the live
 collector), so building a million batches takes seconds, not an hour.
 """
 
@@ -22,7 +22,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from collector.store.writer import Store, batch_insert_sql, fetch_insert_sql
+from collector.store.connection import Store, batch_insert_sql, fetch_insert_sql
 
 SAWTOOTH_PERIOD_S = 6.0  # compute for 4 s, starve for 2 s
 STARVED_SHARE = 1 / 3

@@ -28,7 +28,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from collector import diagnose, watch
-from collector.demo import ComputeDataset, SleepDataset
+from collector.cli.demo import ComputeDataset, SleepDataset
 
 STEP_S = 0.010  # the GPU's share of a step, slept
 WORKERS = range(0, 9)
@@ -142,7 +142,7 @@ def judge(result: Sweep, stats: dict[str, dict[str, dict[int, float]]]) -> bool:
 
 def speed(batches: int = 1_000_000) -> None:
     """Diagnose a synthetic 1M-batch run: the whole run, and the recent windows the dashboard asks for."""
-    from collector.store.writer import Store
+    from collector.store.connection import Store
 
     path = os.path.join(tempfile.mkdtemp(prefix="stallwatch-bench-"), "big.sqlite")
     store = Store(path)
@@ -225,7 +225,7 @@ def main() -> int:
     # 10 ms sleep read 12.5-13 ms and forward/backward 6.7 ms (0.7 ms alone);
     # with CPU-bound workers an OpenMP barrier waits for a descheduled thread
     # and the step read 18-33 ms. On a GPU the step's kernels run off the CPU,
-    # so the bench keeps the model on one thread, as `collector.demo` does.
+    # so the bench keeps the model on one thread, as `collector.cli.demo` does.
     torch.set_num_threads(1)
     ok = True
     if not args.speed_only:

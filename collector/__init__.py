@@ -7,13 +7,13 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from collector.findings import Report
-    from collector.watched import WatchedLoader
+    from collector.diagnosis.findings import Report
+    from collector.record.watch import WatchedLoader
 
 
 def watch(loader: Any, db: Any = None, run: str | None = None, **kwargs: Any) -> WatchedLoader:
-    """Wrap ``loader`` so every batch's wait is recorded. See ``collector.watched.watch``."""
-    from collector.watched import watch as _watch
+    """Wrap ``loader`` so every batch's wait is recorded. See ``collector.record.watch.watch``."""
+    from collector.record.watch import watch as _watch
 
     return _watch(loader, db, run, **kwargs)
 

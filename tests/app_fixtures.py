@@ -17,8 +17,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from collector.demo import run_demo  # noqa: E402
-from collector.store.writer import Store  # noqa: E402
+from collector.cli.demo import run_demo  # noqa: E402
+from collector.store.connection import Store  # noqa: E402
 
 APP = str(REPO / "app" / "streamlit_app.py")
 RECORD_BATCHES = 60
@@ -105,7 +105,7 @@ def live_db(tmp_path: Path) -> Iterator[str]:
         world_size=None,
         started_at=now - 5,
     )
-    from collector.store.writer import batch_insert_sql
+    from collector.store.connection import batch_insert_sql
 
     rows = [(0, i, int(i * 5e7), int(i * 5e7 + 3e7), int(i * 5e7 - 2e7)) + (None,) * 8 + (0,) for i in range(60)]
     store.write(

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from collector.monitor import CollectorWarning
+from collector.record.monitor import CollectorWarning
 
 os.environ.setdefault("STALLWATCH_TEST", "1")
 
@@ -53,7 +53,7 @@ def wait_until(predicate: Any, timeout_s: float = 10.0, interval_s: float = 0.02
     return bool(predicate())
 
 
-# -- a fake NVML, shaped like the parts of pynvml that collector/nvml.py uses ------
+# -- a fake NVML, shaped like the parts of pynvml that collector/sample/nvml.py uses ------
 
 
 class FakeNVMLError(Exception):

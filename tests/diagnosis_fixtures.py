@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from collector.store.writer import Store
+from collector.store.connection import Store
 
 HOST_2 = {"physical_cores": 2, "logical_cores": 2, "usable_cores": 2, "ram_bytes": 16 * 2**30, "gpus": []}
 T0 = 1_700_000_000.0

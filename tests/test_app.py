@@ -125,7 +125,7 @@ def test_text_report_names_the_verdict_and_the_change(recorded_db: str) -> None:
     text = report_text(report)
     assert "input-bound" in text.lower() and "num_workers" in text
     try:
-        from collector.report_cli import render
+        from collector.cli.report import render
     except ImportError:
         return
     assert text == render(report)  # the same text as `python -m collector report`
@@ -253,7 +253,7 @@ def test_db_comes_from_args_then_environment_then_default() -> None:
 def test_runs_with_and_without_collector_warnings_open(app_for: AppFor, tmp_path: Path) -> None:
     """Runs with NULL warnings beside runs with a list (Reader.runs() once raised TypeError on this)."""
     import collector
-    from collector.store.writer import Store
+    from collector.store.connection import Store
 
     path = str(tmp_path / "mixed.sqlite")
     with collector.watch(list(range(5)), db=path, run="with-warnings") as watched:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from collector.demo import run_demo
+from collector.cli.demo import run_demo
 from collector.store.reader import Reader
 
 

@@ -14,8 +14,8 @@ from diagnosis_fixtures import Synthetic, file_state, foreign_sqlite, write_synt
 
 import collector
 from collector.diagnosis import RunInProgress
+from collector.diagnosis.findings import VERDICTS
 from collector.errors import InsufficientData, NotAStallwatchFile, SchemaTooNew, StallwatchError, UnknownRun
-from collector.findings import VERDICTS
 
 
 def starved(n: int = 200, **kw: object) -> Synthetic:

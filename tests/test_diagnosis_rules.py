@@ -10,9 +10,9 @@ import pytest
 from diagnosis_fixtures import HOST_2, T0, Synthetic, write_synthetic
 
 from collector.diagnosis import diagnose
+from collector.diagnosis.findings import VERDICTS
 from collector.diagnosis.model import LoaderModel
 from collector.diagnosis.verdict import verdict
-from collector.findings import VERDICTS
 
 GiB = 2**30
 N = 300

@@ -9,7 +9,7 @@ import pytest
 from diagnosis_fixtures import BurstDataset, SlowWorkerDataset, record
 
 from collector import diagnose
-from collector.demo import ComputeDataset, SleepDataset, SlowStartWorker
+from collector.cli.demo import ComputeDataset, SleepDataset, SlowStartWorker
 from collector.diagnosis.data import load_run
 from collector.diagnosis.stats import measure
 

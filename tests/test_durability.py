@@ -20,11 +20,11 @@ from torch.utils.data import DataLoader
 
 import collector
 from collector.errors import NotAStallwatchFile, SchemaTooNew
-from collector.hotloop import Timer
-from collector.monitor import Monitor, Rates, RunStart, Shared
+from collector.record.hotloop import Timer
+from collector.record.monitor import Monitor, Rates, RunStart, Shared
+from collector.store.connection import Store
 from collector.store.reader import Reader, run_state
-from collector.store.sink import Flush, Open, Sink
-from collector.store.writer import Store
+from collector.writer.child import Flush, Open, Sink
 
 SCRIPT = str(Path(__file__).parent / "scripts" / "record_loop.py")
 
@@ -45,7 +45,7 @@ def test_two_processes_write_one_file_with_no_lost_rows(db_path):
 
 OPEN_AT = """
 import sys, time
-from collector.store.writer import Store
+from collector.store.connection import Store
 while time.time() < float(sys.argv[2]):
     pass
 Store(sys.argv[1]).close()
@@ -73,7 +73,7 @@ def test_sigkill_keeps_all_but_the_last_half_second_and_reads_as_stopped(db_path
         killed_at = time.time()
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
-    assert len(writers) == 1 and "collector.store.sink" in " ".join(writers[0].cmdline())
+    assert len(writers) == 1 and "collector.writer.child" in " ".join(writers[0].cmdline())
     _, alive = psutil.wait_procs(writers, timeout=10)
     assert not alive, "the writer process exits once the training process is gone"
     logged = [line.split() for line in log.read_text().splitlines() if line.count(" ") == 1]

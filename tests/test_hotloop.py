@@ -10,8 +10,9 @@ import pytest
 from conftest import query
 
 import collector
-from collector import hotloop, watcher
-from collector.hotloop import PyTimer, py_epoch
+from collector.record import hotloop
+from collector.record import session as watcher
+from collector.record.hotloop import PyTimer, py_epoch
 
 TIMERS = [pytest.param(PyTimer, id="python")]
 EPOCHS = [pytest.param((PyTimer, py_epoch), id="python")]
@@ -28,7 +29,7 @@ def pairs(data: bytes) -> list[tuple[int, int]]:
 
 def test_the_compiled_loop_is_built_where_a_compiler_is():
     if os.environ.get("STALLWATCH_REQUIRE_COMPILED") == "1":
-        assert hotloop.COMPILED, "collector._hotloop was not built: is gcc installed?"
+        assert hotloop.COMPILED, "collector.record._hotloop was not built: is gcc installed?"
 
 
 @pytest.mark.parametrize("timer_type", TIMERS)

@@ -13,8 +13,8 @@ from conftest import query
 from torch.utils.data import DataLoader
 
 import collector
-from collector.autowatch import AutoWatch
-from collector.monitor import Rates
+from collector.record.autowatch import AutoWatch
+from collector.record.monitor import Rates
 
 SCRIPT = Path(__file__).parent / "scripts" / "two_loaders.py"
 

@@ -16,13 +16,13 @@ from fixture_datasets import SlowDataset
 from torch.utils.data import DataLoader
 
 import collector
-from collector import cuda_idle
-from collector.cuda_idle import IdleResolver
-from collector.host import HostSampler
-from collector.nvml import Nvml
-from collector.sampling import Rates, Sampler
+from collector.record import cuda_idle
+from collector.record.cuda_idle import IdleResolver
+from collector.sample.host import HostSampler
+from collector.sample.nvml import Nvml
+from collector.sample.sampler import Rates, Sampler
 from collector.store.reader import Reader
-from collector.store.sink import CLOSE, WAITED, FrameReader, frame_bytes
+from collector.writer.child import CLOSE, WAITED, FrameReader, frame_bytes
 
 
 def with_fake_nvml(fake):

@@ -15,9 +15,9 @@ import pytest
 from conftest import query
 
 from collector.store.reader import Reader
-from collector.sweep import SweepConfig, SweepResult, run_sweep
-from collector.sweep_grid import Grid, Setting
-from collector.sweep_trial import TrialSpec, run_trial
+from collector.sweep.grid import Grid, Setting
+from collector.sweep.loop import SweepConfig, SweepResult, run_sweep
+from collector.sweep.trial import TrialSpec, run_trial
 
 sys.path.insert(0, str(Path(__file__).parent / "scripts"))
 import sweep_factories

@@ -123,7 +123,7 @@ def test_like_run_with_an_unknown_run_is_one_line(capsys: pytest.CaptureFixture[
 
 
 def test_like_run_accepts_run_names_with_colons(tmp_path: Path) -> None:
-    from collector.sweep_cli import split_like_run
+    from collector.cli.sweep import split_like_run
 
     db = tmp_path / "a.sqlite"
     db.write_bytes(b"")

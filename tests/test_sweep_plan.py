@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import pytest
 
-from collector.sweep_grid import Grid, Setting, default_workers, parse_bools, parse_ints
-from collector.sweep_plan import Policy, Trial, choose, next_setting
+from collector.sweep.grid import Grid, Setting, default_workers, parse_bools, parse_ints
+from collector.sweep.plan import Policy, Trial, choose, next_setting
 
 MiB = 2**20
 

@@ -10,8 +10,8 @@ from streamlit.testing.v1 import AppTest
 
 from app.charts import sweep as charts
 from collector.store import sweep_queries
+from collector.store.connection import Store
 from collector.store.reader import Reader
-from collector.store.writer import Store
 
 SWEEP = "sweep-20250101-120000"
 

@@ -195,7 +195,7 @@ def test_generated_run_names_are_readable(db_path):
 
 
 def test_cpu_spent_inside_next_is_recorded_for_sampled_batches(db_path):
-    from collector.demo import ComputeDataset
+    from collector.cli.demo import ComputeDataset
 
     loader = DataLoader(ComputeDataset(8, cpu_s=0.01), batch_size=2)
     with quiet(loader, db_path) as watched:

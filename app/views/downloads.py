@@ -9,7 +9,7 @@ import streamlit as st
 
 from app import state
 from app.diagnosis import Unavailable, report_text
-from collector.findings import Report
+from collector.diagnosis.findings import Report
 from collector.store.series import TABLES
 
 

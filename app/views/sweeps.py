@@ -8,7 +8,7 @@ import streamlit as st
 from app.charts import sweep as charts
 from collector.store import sweep_queries
 from collector.store.reader import Reader
-from collector.sweep_grid import Setting
+from collector.sweep.grid import Setting
 
 PLOT_CONFIG = {"displaylogo": False}
 PICK_KEY = "sw_sweep_pick"

@@ -7,11 +7,11 @@ from typing import Any
 
 from collector.diagnosis import rules_loop, rules_memory, rules_workers
 from collector.diagnosis.data import RunData, load_run
+from collector.diagnosis.findings import Report, Symptom
 from collector.diagnosis.model import build_model
 from collector.diagnosis.stats import measure, summary
 from collector.diagnosis.suggest import suggest
 from collector.diagnosis.verdict import verdict
-from collector.findings import Report, Symptom
 from collector.store.reader import Reader
 
 RUN_KEYS = ("id", "name", "started_at", "ended_at", "error")

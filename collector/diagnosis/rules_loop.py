@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from collector.diagnosis.data import RunData
+from collector.diagnosis.findings import Symptom
 from collector.diagnosis.stats import Facts, steady_batches
-from collector.findings import Symptom
 
 CHUNKS = 10  # "sustained" = the evidence holds in most tenths of the steady state
 

@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 
 from collector.diagnosis.data import RunData
+from collector.diagnosis.findings import Symptom
 from collector.diagnosis.stats import Facts
-from collector.findings import Symptom
 
 MiB = 2**20
 

@@ -7,9 +7,9 @@ import math
 import numpy as np
 
 from collector.diagnosis.data import RunData
+from collector.diagnosis.findings import Symptom
 from collector.diagnosis.model import LoaderModel
 from collector.diagnosis.stats import Facts, steady_batches
-from collector.findings import Symptom
 
 MAX_PREFETCH = 16
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from collector.diagnosis.findings import Suggestion, Symptom
 from collector.diagnosis.model import LoaderModel
 from collector.diagnosis.stats import Facts
-from collector.findings import Suggestion, Symptom
 
 MIN_SPEEDUP = 1.10  # a change must buy at least 10% to be suggested
 REMEDIES = (

@@ -1,4 +1,4 @@
-"""The only place that knows SQL: ``schema``, the ``writer`` and the read-only ``reader``.
+"""SQL only: the ``schema``, the one read-write ``connection``, the read-only ``reader``, series and queries.
 
 Submodules are imported directly, so a training process never imports pandas.
 """

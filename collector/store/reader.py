@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from collector.errors import NotAStallwatchFile, UnknownRun
-from collector.store.writer import check_meta
+from collector.store.connection import check_meta
 
 # A running run whose heartbeat is older than this was killed (SIGKILL, OOM, power).
 STALE_AFTER_S = 5.0

@@ -12,8 +12,8 @@ from typing import Any
 import pandas as pd
 
 from collector.errors import InsufficientData
+from collector.store.connection import Store
 from collector.store.reader import Reader
-from collector.store.writer import Store
 
 SETTING_COLUMNS = ("num_workers", "prefetch_factor", "pin_memory", "persistent_workers", "batch_size")
 RESULT_COLUMNS = (

@@ -53,7 +53,7 @@ def not_a_loader(**loader_kwargs: Any) -> int:
 
 def make_slow_start(batch_size: int = BATCH, **loader_kwargs: Any) -> DataLoader[torch.Tensor]:
     """As ``make_capped``, but each worker takes 0.5 s to start (a cache built in worker_init_fn)."""
-    from collector.demo import SlowStartWorker
+    from collector.cli.demo import SlowStartWorker
 
     return DataLoader(
         CappedStorageDataset(1_000_000), batch_size=batch_size, worker_init_fn=SlowStartWorker(0.5), **loader_kwargs

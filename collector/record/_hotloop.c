@@ -1,7 +1,7 @@
 /* The hot loop in C: time each next() of an iterator into a ring of clock pairs
  * (Timer), and run a whole plain epoch over it (Epoch).
  *
- * See NOTE [ Compiled hot loop ] in collector/hotloop.py, which holds the
+ * See NOTE [ Compiled hot loop ] in collector/record/hotloop.py, which holds the
  * pure-Python twins of these types (used where no compiler was available) and
  * the contract both keep. Every method runs with the GIL held; the wrapped
  * iterator may release it inside next(), and the ring is only written after
@@ -167,7 +167,7 @@ static PyGetSetDef Timer_getset[] = {
 
 static PyTypeObject TimerType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "collector._hotloop.Timer",
+    .tp_name = "collector.record._hotloop.Timer",
     .tp_doc = "Timer(iterator, capacity): iterates like iterator, timing each next() into a ring.",
     .tp_basicsize = sizeof(Timer),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
@@ -304,7 +304,7 @@ Epoch_next(Epoch *self)
     Py_ssize_t k = stride == NULL ? -1 : PyLong_AsSsize_t(stride);
     Py_XDECREF(stride);
     if (k == -1 && PyErr_Occurred()) {
-        /* a fault in the collector's own callback: collector.hotloop.describing_failed */
+        /* a fault in the collector's own callback: collector.record.hotloop.describing_failed */
         PyObject *type, *value, *tb;
         PyErr_Fetch(&type, &value, &tb);
         PyErr_NormalizeException(&type, &value, &tb);
@@ -346,7 +346,7 @@ Epoch_dealloc(Epoch *self)
 
 static PyTypeObject EpochType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "collector._hotloop.Epoch",
+    .tp_name = "collector.record._hotloop.Epoch",
     .tp_doc = "Epoch(timer, on_batch, on_end): iterates like the timer, describing every stride-th batch.",
     .tp_basicsize = sizeof(Epoch),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
@@ -361,8 +361,8 @@ static PyTypeObject EpochType = {
 
 static struct PyModuleDef hotloop_module = {
     PyModuleDef_HEAD_INIT,
-    .m_name = "collector._hotloop",
-    .m_doc = "The compiled twins of collector.hotloop.PyTimer and py_epoch.",
+    .m_name = "collector.record._hotloop",
+    .m_doc = "The compiled twins of collector.record.hotloop.PyTimer and py_epoch.",
     .m_size = -1,
 };
 

@@ -12,10 +12,10 @@ from collector.errors import StallwatchError
 
 # subcommand -> module with add_parser(subparsers) and run(args) -> int
 SUBCOMMANDS = {
-    "demo": "collector.demo",
-    "report": "collector.report_cli",
-    "sweep": "collector.sweep_cli",
-    "run": "collector.run_cli",
+    "demo": "collector.cli.demo",
+    "report": "collector.cli.report",
+    "sweep": "collector.cli.sweep",
+    "run": "collector.cli.run",
 }
 
 EXIT_USAGE = 2

@@ -8,8 +8,8 @@ import sys
 from typing import Any
 
 from collector.cli import positive_float
+from collector.diagnosis.findings import Report
 from collector.errors import StallwatchError
-from collector.findings import Report
 
 EXIT_USAGE = 2
 

@@ -16,14 +16,14 @@ from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Any
 
-from collector import cuda_idle, loader_probe
-from collector.batchinfo import describe_batch
-from collector.cuda_idle import IdleResolver
-from collector.host import host_facts
-from collector.hotloop import Epoch, Timer
-from collector.monitor import Monitor, Rates, RunStart, Shared
-from collector.runinfo import command_line, distributed, loader_config, versions
-from collector.worker_timing import TimingRings, WorkerHook
+from collector.record import cuda_idle, loader_probe
+from collector.record.batchinfo import describe_batch
+from collector.record.cuda_idle import IdleResolver
+from collector.record.hotloop import Epoch, Timer
+from collector.record.monitor import Monitor, Rates, RunStart, Shared
+from collector.record.runinfo import command_line, distributed, loader_config, versions
+from collector.record.worker_timing import TimingRings, WorkerHook
+from collector.sample.host import host_facts
 
 DEFAULT_DB = "stallwatch.sqlite"
 # NOTE [ Bounded buffer ]
@@ -123,7 +123,7 @@ class Session:
     # loop adds queue depth, worker ids and CUDA events, one tuple a batch.
 
     def _plain_loop(self, it: Iterator[Any], epoch: int, t_start: int) -> Iterator[Any]:
-        # See NOTE [ Compiled hot loop ] in collector/hotloop.py: the Timer
+        # See NOTE [ Compiled hot loop ] in collector/record/hotloop.py: the Timer
         # times every next() in C, the Epoch around it calls back here for
         # every stride-th batch (NOTE [ Batch size sampling ]) and at the end.
         timer = Timer(it, BUFFER_RECORDS)

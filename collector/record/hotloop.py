@@ -15,7 +15,7 @@ from typing import Any
 # Per batch the loop must read the clock twice and keep both readings. In
 # Python that costs about 0.6 us a batch in place (clock calls, a tuple, a
 # deque append), 3% of a 50k batches/s loader. ``Timer`` does it in C
-# (collector/_hotloop.c, built at install when a compiler is present): it
+# (collector/record/_hotloop.c, built at install when a compiler is present): it
 # wraps the loader's iterator, and each next() stores (t_request_ns,
 # t_return_ns) into a fixed ring of int64 pairs, no Python object made. The
 # monitor copies the ring out with ``drain()``; a reader lapped by more than
@@ -39,7 +39,7 @@ from typing import Any
 
 
 class PyTimer:
-    """The pure-Python twin of ``collector._hotloop.Timer``."""
+    """The pure-Python twin of ``collector.record._hotloop.Timer``."""
 
     def __init__(self, iterator: Any, capacity: int) -> None:
         if capacity < 1:
@@ -80,7 +80,7 @@ OnEnd = Callable[[int, "BaseException | None"], None]
 
 
 def py_epoch(timer: Any, on_batch: OnBatch, on_end: OnEnd) -> Iterator[Any]:
-    """The pure-Python twin of ``collector._hotloop.Epoch``: a generator."""
+    """The pure-Python twin of ``collector.record._hotloop.Epoch``: a generator."""
     cpu_clock = time.thread_time_ns
     nxt = timer.__next__
     failure: BaseException | None = None
@@ -123,7 +123,7 @@ def describing_failed(exc: BaseException) -> None:
 
 
 try:
-    from collector._hotloop import Epoch, Timer
+    from collector.record._hotloop import Epoch, Timer
 except ImportError:  # no compiler at install time: same contract, slower
     Timer = PyTimer  # type: ignore[misc,assignment]
     Epoch = py_epoch  # type: ignore[misc,assignment]

@@ -13,8 +13,8 @@ import weakref
 from pathlib import Path
 from typing import Protocol
 
-from collector.sampling import HostFactory, NvmlFactory
-from collector.store.sink import (
+from collector.sample.sampler import HostFactory, NvmlFactory
+from collector.writer.child import (
     CLOSE,
     READ_BYTES,
     Flush,
@@ -41,7 +41,7 @@ BOOT = (
     "import sys, array, dataclasses, json, marshal, select, signal, sqlite3, struct; "
     "sys.path.insert(0, {root!r}); "
     "sys.path += [p for p in {path!r} if p not in sys.path]; "
-    "from collector.store.sink import main; main()"
+    "from collector.writer.child import main; main()"
 )
 
 
@@ -60,7 +60,7 @@ class Link(Protocol):
 
 
 class ProcessLink:
-    """The writer child (collector.store.sink), fed through a pipe. See NOTE [ Writer process ]."""
+    """The writer child (collector.writer.child), fed through a pipe. See NOTE [ Writer process ]."""
 
     def __init__(self, opening: Open) -> None:
         frames_r, self._frames = os.pipe()

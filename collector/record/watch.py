@@ -8,9 +8,9 @@ from collections.abc import Iterator
 from types import TracebackType
 from typing import Any
 
-from collector.monitor import Rates
-from collector.runinfo import generated_name
-from collector.watcher import CLOSE_TIMEOUT_S, DEFAULT_DB, Session
+from collector.record.monitor import Rates
+from collector.record.runinfo import generated_name
+from collector.record.session import CLOSE_TIMEOUT_S, DEFAULT_DB, Session
 
 
 class WatchedLoader:

@@ -10,7 +10,7 @@ from types import TracebackType
 from typing import Any, TextIO
 
 from collector.errors import StallwatchError
-from collector.monitor import Rates
+from collector.record.monitor import Rates
 
 EXIT_EXCEPTION = 1  # what Python itself exits with on an uncaught exception
 
@@ -37,7 +37,7 @@ def add_parser(subparsers: Any) -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
-    from collector.autowatch import AutoWatch
+    from collector.record.autowatch import AutoWatch
 
     if args.module is not None:
         if not args.module:

@@ -1,6 +1,6 @@
 """The writer: a run's records arrive as frames and go into SQLite, in its own process.
 
-The collector starts it (collector/store/pipe.py): frames on stdin, replies on stdout.
+The collector starts it (collector/writer/link.py): frames on stdin, replies on stdout.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from itertools import chain, repeat
 from typing import Any, BinaryIO
 
-from collector.sampling import HostFactory, NvmlFactory, Rates, Sampler
-from collector.store.writer import GPU_IDLE_UPDATE, SHAPE_COLUMNS, Store, batch_insert_sql, fetch_insert_sql
-from collector.worker_timing import FIELDS as FETCH_FIELDS  # see NOTE [ Timing rings ]
+from collector.record.worker_timing import FIELDS as FETCH_FIELDS  # see NOTE [ Timing rings ]
+from collector.sample.sampler import HostFactory, NvmlFactory, Rates, Sampler
+from collector.store.connection import GPU_IDLE_UPDATE, SHAPE_COLUMNS, Store, batch_insert_sql, fetch_insert_sql
 
 # NOTE [ Writer process ]
 # Writing a row costs about 1.5 us of CPU, and Python's sqlite3 takes and
@@ -40,11 +40,11 @@ from collector.worker_timing import FIELDS as FETCH_FIELDS  # see NOTE [ Timing 
 # decides how the run ends) and exits on the close frame or at the end of its
 # input, so it never outlives a killed training process for long. Where it
 # cannot start, the same Sink runs inside the monitor thread
-# (collector/store/pipe.py). The Sink also owns the run's Sampler: see NOTE
-# [ Sampling beside the writer ] in collector/sampling.py.
+# (collector/writer/link.py). The Sink also owns the run's Sampler: see NOTE
+# [ Sampling beside the writer ] in collector/sample/sampler.py.
 
 FRAME_HEADER = struct.Struct("<I")
-READ_BYTES = 1 << 20  # the pipe's size (collector/store/pipe.py)
+READ_BYTES = 1 << 20  # the pipe's size (collector/writer/link.py)
 
 Message = tuple[Any, ...]  # ("run_id", id) | ("warn", key, text) | ("unwritten", records)
 
@@ -88,7 +88,7 @@ class Flush:
     """One flush interval's worth of records; written as one transaction.
 
     Rows carry no run id: the sink adds it. ``records`` maps a shape (NOTE
-    [ Record shapes ] in collector/store/writer.py) to hot-path tuples,
+    [ Record shapes ] in collector/store/connection.py) to hot-path tuples,
     ``timed`` holds (epoch, first idx, int64 clock pairs) from the plain
     loop's Timer (NOTE [ Compiled hot loop ]), ``fetches`` raw float64 ring segments, ``idle`` ((epoch, idx),
     gpu_idle_s) pairs. Samples are not in it: the Sink's own Sampler takes them.
@@ -112,7 +112,7 @@ class Flush:
 class Sink:
     """Owns the Store and the Sampler for one run; writes each Flush, with the samples taken since, in one transaction.
 
-    The factories are for tests (fake NVML, fake psutil); see collector/sampling.py.
+    The factories are for tests (fake NVML, fake psutil); see collector/sample/sampler.py.
     """
 
     def __init__(

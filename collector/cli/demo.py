@@ -109,7 +109,7 @@ def run_demo(
     max_batches: int | None = None,
 ) -> int | None:
     """Train a tiny model on the CPU for ``seconds`` (or ``max_batches``) through ``watch``; returns the run id."""
-    from collector.watched import watch
+    from collector.record.watch import watch
 
     spec = SCENARIOS[scenario]
     torch.set_num_threads(1)  # the tiny model must not compete with the loader for cores

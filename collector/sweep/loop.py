@@ -9,9 +9,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from collector.sweep_grid import Grid, Setting
-from collector.sweep_plan import Plan, Policy, Trial, choose, next_setting
-from collector.sweep_trial import Factory, TrialSpec, run_trial
+from collector.sweep.grid import Grid, Setting
+from collector.sweep.plan import Plan, Policy, Trial, choose, next_setting
+from collector.sweep.trial import Factory, TrialSpec, run_trial
 
 DEFAULT_BUDGET_S = 120.0
 DEFAULT_TRIAL_S = 3.0

@@ -7,9 +7,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-from collector.batchinfo import describe_batch
-from collector.sweep_grid import Setting
-from collector.sweep_plan import Trial
+from collector.record.batchinfo import describe_batch
+from collector.sweep.grid import Setting
+from collector.sweep.plan import Trial
 
 HOST_HZ = 4.0  # memory samples per second; trials are short
 MIN_BATCHES = 5  # measured batches before a trial may end
@@ -47,7 +47,7 @@ def run_trial(
     on_tick: Callable[[], None] | None = None,
 ) -> Trial:
     """Measure ``setting``; an exception from the factory or the loader becomes ``Trial.error``."""
-    from collector.watched import watch
+    from collector.record.watch import watch
 
     started = clock()
     try:

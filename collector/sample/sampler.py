@@ -8,8 +8,8 @@ from collections.abc import Callable
 from dataclasses import astuple, dataclass
 from typing import Any
 
-from collector.host import HostSampler
-from collector.nvml import Nvml
+from collector.sample.host import HostSampler
+from collector.sample.nvml import Nvml
 
 Warn = Callable[[str, str], None]
 NvmlFactory = Callable[[Warn], Nvml]

@@ -14,12 +14,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from collector.cuda_idle import IdleResolver
-from collector.hotloop import Timer
-from collector.sampling import HostFactory, NvmlFactory, Rates
-from collector.store.pipe import Link, ProcessLink, connect, launch
-from collector.store.sink import Flush, Message, Open, RunStart
-from collector.worker_timing import TimingRings
+from collector.record.cuda_idle import IdleResolver
+from collector.record.hotloop import Timer
+from collector.record.worker_timing import TimingRings
+from collector.sample.sampler import HostFactory, NvmlFactory, Rates
+from collector.writer.child import Flush, Message, Open, RunStart
+from collector.writer.link import Link, ProcessLink, connect, launch
 
 __all__ = ["CollectorWarning", "Monitor", "Rates", "RunStart", "Shared"]
 
@@ -32,7 +32,7 @@ FLUSH_INTERVAL_S = 0.2  # the issue asks for at least every 250 ms
 HEARTBEAT_INTERVAL_S = 1.0
 LINK_CLOSE_TIMEOUT_S = 8.0  # within the session's 10 s close
 PAIR_T_RETURN = struct.Struct("=q")  # one int64 of a Timer's (t_request_ns, t_return_ns) pairs
-PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # collector/
 _WARNING_REGISTRIES: dict[str, dict[Any, Any]] = {}  # file -> its __warningregistry__ for our warnings
 
 

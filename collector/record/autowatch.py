@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
-from collector.monitor import CollectorWarning, Rates
-from collector.watcher import Session
+from collector.record.monitor import CollectorWarning, Rates
+from collector.record.session import Session
 
 
 class _WeakLoader:
@@ -164,6 +164,6 @@ class AutoWatch:
             return session
 
     def _watched_by_user(self, loader: Any) -> bool:
-        from collector.watcher import is_watched
+        from collector.record.session import is_watched
 
         return is_watched(loader)

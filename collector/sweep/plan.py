@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from collector.sweep_grid import Grid, Setting
+from collector.sweep.grid import Grid, Setting
 
 PLATEAU_GAIN = 0.10  # raising num_workers must buy at least this much throughput
 TOLERANCE = 0.05  # settings this close to the best count as "as fast"; the cheapest wins

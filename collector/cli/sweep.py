@@ -10,9 +10,9 @@ from typing import Any, TextIO
 
 from collector.cli import positive_float
 from collector.errors import StallwatchError
-from collector.sweep import DEFAULT_BUDGET_S, DEFAULT_TRIAL_S, Progress, SweepConfig, SweepResult, run_sweep
-from collector.sweep_grid import DEFAULT_PREFETCH, Grid, Setting, default_workers, parse_bools, parse_ints
-from collector.sweep_plan import FED_WAIT_SHARE, TOLERANCE, Policy, Trial
+from collector.sweep.grid import DEFAULT_PREFETCH, Grid, Setting, default_workers, parse_bools, parse_ints
+from collector.sweep.loop import DEFAULT_BUDGET_S, DEFAULT_TRIAL_S, Progress, SweepConfig, SweepResult, run_sweep
+from collector.sweep.plan import FED_WAIT_SHARE, TOLERANCE, Policy, Trial
 
 BAR_WIDTH = 24
 
@@ -63,7 +63,7 @@ def add_parser(subparsers: Any) -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
-    from collector.sweep_factory import load_factory
+    from collector.sweep.factory import load_factory
 
     if os.path.isdir(args.db):
         raise StallwatchError(f"--db {args.db} is a directory; pass a file path")
