@@ -44,7 +44,7 @@ import collector
 from collector.record import session as watcher
 from collector.record.hotloop import COMPILED, PyTimer, py_epoch
 from collector.sample.sampler import Rates
-from collector.writer.child import Flush, Open, RunStart
+from collector.writer.frames import Flush, Open, RunStart
 from collector.writer.link import ProcessLink, connect, launch
 
 PAUSE_S = 0.22  # before each turn: longer than one flush interval, so no backlog crosses turns

@@ -23,6 +23,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from collector.store.connection import Store, batch_insert_sql, fetch_insert_sql
+from collector.writer.frames import CLOCKS, RICH
 
 SAWTOOTH_PERIOD_S = 6.0  # compute for 4 s, starve for 2 s
 STARVED_SHARE = 1 / 3
@@ -59,7 +60,7 @@ def build_synthetic(path: str, batches: int = 1_000_000, gpu_seconds: float = 36
         )
         step_ns = int(gpu_seconds / batches * 1e9)
         rng = np.random.default_rng(0)
-        insert = batch_insert_sql(run_id, t0, 0)
+        insert = batch_insert_sql(run_id, t0, 0, RICH[CLOCKS:])
         per_epoch = 10_000
         for start in range(0, batches, CHUNK):
             n = np.arange(start, min(start + CHUNK, batches))

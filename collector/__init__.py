@@ -1,25 +1,57 @@
-"""stallwatch's collector: ``watch`` a DataLoader, record its stalls, ``diagnose`` them."""
+"""stallwatch's collector: ``watch`` a DataLoader, record its stalls, ``diagnose`` them.
+
+Importing the package starts nothing and imports neither torch nor pandas:
+each entry point imports its stage when called.
+"""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from collector.errors import CollectorWarning
 
 if TYPE_CHECKING:
     from collector.diagnosis.findings import Report
     from collector.record.watch import WatchedLoader
+    from collector.store.reader import Reader
+
+__version__ = "0.1.0"
+__all__ = ["CollectorWarning", "__version__", "diagnose", "watch"]
 
 
-def watch(loader: Any, db: Any = None, run: str | None = None, **kwargs: Any) -> WatchedLoader:
-    """Wrap ``loader`` so every batch's wait is recorded. See ``collector.record.watch.watch``."""
+def watch(
+    loader: Any,
+    db: str | os.PathLike[str] | None = None,
+    run: str | None = None,
+    *,
+    gpu_hz: float = 10.0,
+    host_hz: float = 2.0,
+    tags: Mapping[str, Any] | None = None,
+) -> WatchedLoader:
+    """Wrap ``loader`` so every batch's wait is recorded into a SQLite file.
+
+    ``db`` defaults to ``$STALLWATCH_DB`` or ``stallwatch.sqlite`` in the working
+    directory; ``run`` to a generated readable name. ``gpu_hz`` and ``host_hz``
+    set the background sampling rates (0 turns one off); ``tags`` are stored
+    with the run. Bad arguments raise here; nothing the collector does later
+    ever raises into the loop. See ``collector.record.watch.watch``.
+    """
     from collector.record.watch import watch as _watch
 
-    return _watch(loader, db, run, **kwargs)
+    return _watch(loader, db, run, gpu_hz=gpu_hz, host_hz=host_hz, tags=tags)
 
 
-def diagnose(db: Any, run: Any = "latest", **kwargs: Any) -> Report:
+def diagnose(
+    db: str | os.PathLike[str] | Reader,
+    run: str | int | None = "latest",
+    *,
+    window_s: float | None = None,
+    last_batches: int | None = None,
+    live: bool = False,
+) -> Report:
     """Diagnose a recorded run: verdict, symptoms, suggestions. See ``collector.diagnosis.diagnose``."""
     from collector.diagnosis import diagnose as _diagnose
 
-    return _diagnose(db, run, **kwargs)
+    return _diagnose(db, run, window_s=window_s, last_batches=last_batches, live=live)

@@ -1,4 +1,4 @@
-"""Typed errors that stallwatch raises to its callers (never inside a training loop)."""
+"""Every public error and warning: raised to callers of the API and the CLI, never inside a training loop."""
 
 from __future__ import annotations
 
@@ -21,3 +21,15 @@ class UnknownRun(StallwatchError):
 
 class InsufficientData(StallwatchError):
     """The run has too few batches to say anything yet."""
+
+
+class RunInProgress(StallwatchError):
+    """The run is still being recorded; diagnose it live (``live=True``) or wait for it to end."""
+
+
+class FactoryNotFound(StallwatchError):
+    """The factory spec names no importable module or no function in it."""
+
+
+class CollectorWarning(RuntimeWarning):
+    """Something the collector could not record; training goes on unaffected."""

@@ -106,10 +106,14 @@ def live_db(tmp_path: Path) -> Iterator[str]:
         started_at=now - 5,
     )
     from collector.store.connection import batch_insert_sql
+    from collector.writer.frames import CLOCKS, RICH
 
     rows = [(0, i, int(i * 5e7), int(i * 5e7 + 3e7), int(i * 5e7 - 2e7)) + (None,) * 8 + (0,) for i in range(60)]
     store.write(
-        {}, statements=[(batch_insert_sql(run_id, now - 5, 0), rows)], run_update={"heartbeat_at": now}, run_id=run_id
+        {},
+        statements=[(batch_insert_sql(run_id, now - 5, 0, RICH[CLOCKS:]), rows)],
+        run_update={"heartbeat_at": now},
+        run_id=run_id,
     )
     yield path
     store.close()

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from collector.record.monitor import CollectorWarning
+from collector.errors import CollectorWarning
 
 os.environ.setdefault("STALLWATCH_TEST", "1")
 

@@ -20,11 +20,15 @@ from torch.utils.data import DataLoader
 
 import collector
 from collector.errors import NotAStallwatchFile, SchemaTooNew
+from collector.record.handover import EpochEnded, Shared
 from collector.record.hotloop import Timer
-from collector.record.monitor import Monitor, Rates, RunStart, Shared
+from collector.record.monitor import Monitor
+from collector.record.watch import watch as watch_with_fakes  # takes the monitor's test parameters
+from collector.sample.sampler import Rates
 from collector.store.connection import Store
 from collector.store.reader import Reader, run_state
-from collector.writer.child import Flush, Open, Sink
+from collector.writer.child import Sink
+from collector.writer.frames import EpochRow, Flush, Open, RunStart, Unwritten
 
 SCRIPT = str(Path(__file__).parent / "scripts" / "record_loop.py")
 
@@ -167,7 +171,7 @@ def test_writer_falling_behind_drops_oldest_records_and_counts_them(db_path):
     records["rich"].append((0, 30, 0, 1, None, *(None,) * 9))  # 25..29 were pushed out too
     monitor._drain_records()
     assert monitor.dropped == 20
-    events.append(("end", 0, 0, 40))  # the epoch ended after 40 batches: 31..39 never drained
+    events.append(EpochEnded(0, 0, 40))  # the epoch ended after 40 batches: 31..39 never drained
     monitor._drain_epochs(float)
     assert monitor.dropped == 29
 
@@ -209,9 +213,9 @@ def test_a_failed_write_counts_its_records_and_keeps_epoch_rows_for_the_next(db_
     blocker = sqlite3.connect(db_path, isolation_level=None, timeout=0.1)
     blocker.execute("BEGIN EXCLUSIVE")
     sink.store.conn.execute("PRAGMA busy_timeout = 50")
-    messages = sink.write(Flush(records=records, epochs=[(0, 1.0, None, None, 0, "[]")]))
+    messages = sink.write(Flush(records=records, epochs=[EpochRow(0, 1.0)]))
     blocker.execute("ROLLBACK")
-    assert messages[0] == ("unwritten", 3) and "recording problem" in messages[1][2]
+    assert messages[0] == Unwritten(3) and "recording problem" in messages[1].text
     assert sink.write(Flush(records={"fast": [(0, 3, 30, 35, 25)]})) == []
     sink.close()
     assert query(db_path, "SELECT idx, step_s FROM batches") == [(3, 5e-9)]
@@ -230,7 +234,7 @@ def test_closing_returns_promptly_while_forked_workers_live_on(db_path):
 
 
 def test_the_in_process_writer_records_the_same_rows(db_path):
-    with collector.watch(range(500), db=db_path, run="local", gpu_hz=0, host_hz=0, writer_in_process=True) as w:
+    with watch_with_fakes(range(500), db=db_path, run="local", gpu_hz=0, host_hz=0, writer_in_process=True) as w:
         for _ in w:
             pass
     assert query(db_path, "SELECT COUNT(*), COUNT(step_s), MIN(idx), MAX(idx) FROM batches") == [(500, 499, 0, 499)]

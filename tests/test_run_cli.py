@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader
 
 import collector
 from collector.record.autowatch import AutoWatch
-from collector.record.monitor import Rates
+from collector.sample.sampler import Rates
 
 SCRIPT = Path(__file__).parent / "scripts" / "two_loaders.py"
 

@@ -18,11 +18,12 @@ from torch.utils.data import DataLoader
 import collector
 from collector.record import cuda_idle
 from collector.record.cuda_idle import IdleResolver
+from collector.record.watch import watch as watch_with_fakes  # takes the monitor's test parameters
 from collector.sample.host import HostSampler
 from collector.sample.nvml import Nvml
 from collector.sample.sampler import Rates, Sampler
 from collector.store.reader import Reader
-from collector.writer.child import CLOSE, WAITED, FrameReader, frame_bytes
+from collector.writer.frames import WAITED, Close, FrameReader, decode_frame, encode_frame, frame_bytes
 
 
 def with_fake_nvml(fake):
@@ -34,7 +35,7 @@ def test_fake_nvml_keeps_every_buffered_sample_with_memory_and_power(db_path, fa
     for i in range(5):
         fake_nvml.push(0, 1_000_000 + i * 166_000, 30 + i * 10)
     fake_nvml.push(1, 1_000_000, 99)
-    with collector.watch([1, 2], db=db_path, host_hz=0, **with_fake_nvml(fake_nvml)) as watched:
+    with watch_with_fakes([1, 2], db=db_path, host_hz=0, **with_fake_nvml(fake_nvml)) as watched:
         list(watched)
         run_id = watched.run_id
     rows = query(db_path, "SELECT gpu, ts, util_pct, mem_used_bytes, mem_total_bytes, power_w FROM gpu_samples")
@@ -50,14 +51,14 @@ def test_fake_nvml_keeps_every_buffered_sample_with_memory_and_power(db_path, fa
 
 def test_utilisation_rates_are_the_fallback_without_a_sample_buffer(db_path):
     fake = FakeNvml(gpus=1, samples=False)
-    with collector.watch([1], db=db_path, host_hz=0, **with_fake_nvml(fake)) as watched:
+    with watch_with_fakes([1], db=db_path, host_hz=0, **with_fake_nvml(fake)) as watched:
         list(watched)
     assert {r[0] for r in query(db_path, "SELECT util_pct FROM gpu_samples")} == {42.0}
 
 
 def test_no_nvml_gives_one_warning_and_no_gpu_rows(db_path, collector_warnings):
     fake = FakeNvml(init_error=OSError("libnvidia-ml.so.1: cannot open shared object file"))
-    watched = collector.watch(DataLoader(SlowDataset(6), batch_size=2), db=db_path, host_hz=0, **with_fake_nvml(fake))
+    watched = watch_with_fakes(DataLoader(SlowDataset(6), batch_size=2), db=db_path, host_hz=0, **with_fake_nvml(fake))
     watch_line = inspect.currentframe().f_lineno - 1
     with watched:
         for _ in range(3):
@@ -76,7 +77,7 @@ def test_runs_started_on_one_line_warn_once_under_the_default_filter(db_path):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("default")
         for _ in range(3):  # a sweep's trials: the same warning, the same line
-            with collector.watch([1, 2], db=db_path, host_hz=0, **with_fake_nvml(fake)) as watched:
+            with watch_with_fakes([1, 2], db=db_path, host_hz=0, **with_fake_nvml(fake)) as watched:
                 list(watched)
     assert len(collector_messages(caught)) == 1
     assert len(query(db_path, "SELECT id FROM runs WHERE warnings LIKE '%NVML is not available%'")) == 3
@@ -105,6 +106,7 @@ def test_access_denied_on_processes_nulls_their_fields(collector_warnings):
         virtual_memory=psutil.virtual_memory,
         disk_io_counters=lambda: None,
         Process=DeniedProcess,
+        Error=psutil.Error,
         AccessDenied=psutil.AccessDenied,
         NoSuchProcess=psutil.NoSuchProcess,
     )
@@ -215,9 +217,9 @@ def test_frame_reader_waits_no_longer_than_asked_and_ends_with_its_input():
     started = time.monotonic()
     assert reader.next(0.05) is WAITED  # half a frame is not a frame
     assert 0.04 < time.monotonic() - started < 2.0
-    os.write(write_fd, frame[5:] + frame_bytes(CLOSE))
+    os.write(write_fd, frame[5:] + encode_frame(Close()))
     assert reader.next(0.05) == ("flush", [1, 2, 3])
-    assert reader.next(None) == CLOSE
+    assert decode_frame(reader.next(None)) == Close()
     os.close(write_fd)
     assert reader.next(None) is None
     os.close(read_fd)

@@ -6,8 +6,8 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
 
+from collector.cli.args import EXIT_USAGE, OneLineParser
 from collector.errors import StallwatchError
 
 # subcommand -> module with add_parser(subparsers) and run(args) -> int
@@ -18,26 +18,6 @@ SUBCOMMANDS = {
     "run": "collector.cli.run",
 }
 
-EXIT_USAGE = 2
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """Usage errors as one line on stderr and exit code 2, without the usage block."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"stallwatch: {message} (see {self.prog} --help)\n")
-
-
-def positive_float(text: str) -> float:
-    """An argparse type: a number above zero."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
-
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
@@ -46,13 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module_name in SUBCOMMANDS.values():
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:
-                raise
-            continue
-        module.add_parser(subparsers)
+        importlib.import_module(module_name).add_parser(subparsers)
     return parser
 
 

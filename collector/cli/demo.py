@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from collector.cli import positive_float
+from collector.cli.args import add_db_option, positive_float
 
 
 class SleepDataset(Dataset[tuple[torch.Tensor, int]]):
@@ -145,7 +145,7 @@ def add_parser(subparsers: Any) -> None:
         "so the dashboard has a real run to show. Scenarios: "
         + "; ".join(f"{k}: {v.description}" for k, v in SCENARIOS.items()),
     )
-    parser.add_argument("--db", default=os.environ.get("STALLWATCH_DB", "stallwatch.sqlite"), help="SQLite file")
+    add_db_option(parser)
     parser.add_argument("--seconds", type=positive_float, default=20.0, help="how long to train (default 20)")
     parser.add_argument("--scenario", choices=sorted(SCENARIOS), default="starved")
     parser.add_argument("--run", default=None, help="run name (default demo-SCENARIO)")

@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from collector.cli import positive_float
+from collector.cli.args import positive_float
 from collector.diagnosis.findings import Report
 from collector.errors import StallwatchError
 

@@ -9,8 +9,9 @@ import sys
 from types import TracebackType
 from typing import Any, TextIO
 
+from collector.cli.args import add_db_option
 from collector.errors import StallwatchError
-from collector.record.monitor import Rates
+from collector.sample.sampler import Rates
 
 EXIT_EXCEPTION = 1  # what Python itself exits with on an uncaught exception
 
@@ -25,7 +26,7 @@ def add_parser(subparsers: Any) -> None:
         "prints its verdict on stderr when the script ends. Options go before the script.",
         usage="python -m collector run [--db DB] [--gpu-hz HZ] [--host-hz HZ] (SCRIPT | -m MODULE) [ARGS ...]",
     )
-    parser.add_argument("--db", default=os.environ.get("STALLWATCH_DB", "stallwatch.sqlite"), help="SQLite file")
+    add_db_option(parser)
     parser.add_argument("--gpu-hz", type=float, default=10.0, help="GPU samples per second (0: off)")
     parser.add_argument("--host-hz", type=float, default=2.0, help="host and process samples per second (0: off)")
     parser.add_argument("--no-verdict", action="store_true", help="do not print the verdict when the script ends")

@@ -8,7 +8,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-from collector.cli import positive_float
+from collector.cli.args import add_db_option, positive_float
 from collector.errors import StallwatchError
 from collector.sweep.grid import DEFAULT_PREFETCH, Grid, Setting, default_workers, parse_bools, parse_ints
 from collector.sweep.loop import DEFAULT_BUDGET_S, DEFAULT_TRIAL_S, Progress, SweepConfig, SweepResult, run_sweep
@@ -31,7 +31,7 @@ def add_parser(subparsers: Any) -> None:
         help="FILE.py:FUNCTION or MODULE:FUNCTION; the function takes DataLoader keyword arguments "
         "(num_workers, prefetch_factor, pin_memory, persistent_workers, batch_size) and returns a DataLoader",
     )
-    parser.add_argument("--db", default=os.environ.get("STALLWATCH_DB", "stallwatch.sqlite"), help="SQLite file")
+    add_db_option(parser)
     parser.add_argument(
         "--budget-s",
         type=positive_float,

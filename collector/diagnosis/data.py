@@ -8,13 +8,9 @@ from typing import Any
 
 import pandas as pd
 
-from collector.errors import InsufficientData, StallwatchError
+from collector.errors import InsufficientData, RunInProgress
 from collector.store.diagnosis_queries import batch_aggregates, lean_batches
 from collector.store.reader import Reader
-
-
-class RunInProgress(StallwatchError):
-    """The run is still being recorded; diagnose it live (``live=True``) or wait for it to end."""
 
 
 @dataclass(frozen=True)

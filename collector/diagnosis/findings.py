@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
-VERDICTS = ("input-bound", "partly-input-bound", "not-input-bound", "insufficient-data")
-SEVERITIES = ("low", "medium", "high")
+Verdict = Literal["input-bound", "partly-input-bound", "not-input-bound", "insufficient-data"]
+Severity = Literal["low", "medium", "high"]
+VERDICTS: tuple[Verdict, ...] = get_args(Verdict)
 
 
 @dataclass(frozen=True)
@@ -14,7 +15,7 @@ class Symptom:
     """One named problem, with the numbers that show it."""
 
     id: str  # stable id, e.g. "input_bound"; see docs/report.md
-    severity: str  # low | medium | high
+    severity: Severity
     evidence: str  # one sentence with the numbers, for people
     confidence: float  # 0..1
     metrics: dict[str, Any] = field(default_factory=dict)  # the numbers behind the evidence
@@ -38,7 +39,7 @@ class Report:
 
     run: dict[str, Any]
     summary: dict[str, Any]
-    verdict: str
+    verdict: Verdict
     symptoms: tuple[Symptom, ...] = ()
     suggestions: tuple[Suggestion, ...] = ()
     notes: tuple[str, ...] = ()  # things worth saying that are not symptoms

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from collector.diagnosis.data import RunData
-from collector.diagnosis.findings import Symptom
+from collector.diagnosis.findings import Severity, Symptom
 from collector.diagnosis.stats import Facts, steady_batches
 
 CHUNKS = 10  # "sustained" = the evidence holds in most tenths of the steady state
@@ -44,7 +44,7 @@ def input_bound(
     if facts.input_fraction < threshold or share < sustained:
         return None
     fraction = facts.input_fraction
-    severity = "high" if fraction >= high else ("medium" if fraction >= 2 * threshold else "low")
+    severity: Severity = "high" if fraction >= high else ("medium" if fraction >= 2 * threshold else "low")
     return Symptom(
         id="input_bound",
         severity=severity,

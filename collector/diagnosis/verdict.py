@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collector.diagnosis.findings import Verdict
 from collector.diagnosis.stats import Facts
 
 INPUT_BOUND = 0.20  # the TensorFlow profiler calls 20% of step time "highly input bound"
@@ -15,7 +16,7 @@ def verdict(
     input_bound: float = INPUT_BOUND,
     partly_input_bound: float = PARTLY_INPUT_BOUND,
     min_batches: int = MIN_BATCHES,
-) -> str:
+) -> Verdict:
     """``input-bound`` when the loop stalls for data ``input_bound`` (20%) of the time or more.
 
     The stall fraction counts, after the run's warm-up (its first epoch start),

@@ -11,8 +11,9 @@ from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
-from collector.record.monitor import CollectorWarning, Rates
+from collector.errors import CollectorWarning
 from collector.record.session import Session
+from collector.sample.sampler import Rates
 
 
 class _WeakLoader:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 from collections import deque
-from collections.abc import Callable
 from typing import Any
 
 # NOTE [ GPU idle from CUDA events ]
@@ -21,8 +20,6 @@ from typing import Any
 # never call synchronize(), so the training stream is never stalled.
 
 MAX_PENDING = 100_000
-
-EventFactory = Callable[[], Any]
 
 
 def cuda_active() -> bool:

@@ -2,69 +2,36 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import os
 import struct
-import sys
 import threading
 import time
-import warnings
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from collector.record.cuda_idle import IdleResolver
-from collector.record.hotloop import Timer
-from collector.record.worker_timing import TimingRings
+from collector.record.handover import EpochStarted, FirstBatch, Shared
+from collector.record.origin import user_frame, warn_at
 from collector.sample.sampler import HostFactory, NvmlFactory, Rates
-from collector.writer.child import Flush, Message, Open, RunStart
+from collector.writer.frames import (
+    EPOCH,
+    IDX,
+    PAIR_BYTES,
+    T_RETURN,
+    EpochRow,
+    Flush,
+    Open,
+    Reply,
+    RunCreated,
+    RunStart,
+    Warned,
+)
 from collector.writer.link import Link, ProcessLink, connect, launch
-
-__all__ = ["CollectorWarning", "Monitor", "Rates", "RunStart", "Shared"]
-
-
-class CollectorWarning(RuntimeWarning):
-    """Something the collector could not record; training goes on unaffected."""
-
 
 FLUSH_INTERVAL_S = 0.2  # the issue asks for at least every 250 ms
 HEARTBEAT_INTERVAL_S = 1.0
 LINK_CLOSE_TIMEOUT_S = 8.0  # within the session's 10 s close
 PAIR_T_RETURN = struct.Struct("=q")  # one int64 of a Timer's (t_request_ns, t_return_ns) pairs
-PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # collector/
-_WARNING_REGISTRIES: dict[str, dict[Any, Any]] = {}  # file -> its __warningregistry__ for our warnings
-
-
-@dataclass
-class Shared:
-    """What the training thread hands over: appended there, drained here."""
-
-    records: dict[str, deque[tuple[Any, ...]]]  # shape -> records; see NOTE [ Record shapes ]
-    epoch_events: deque[tuple[Any, ...]]
-    resolver: IdleResolver
-    stride: list[int]  # describe every stride-th batch; see NOTE [ Batch size sampling ]
-    timing_rings: TimingRings | None = None  # created when the first workers start
-    status: dict[str, Any] = field(default_factory=dict)  # set by the training thread on crash
-    timers: dict[int, Timer] = field(default_factory=dict)  # epoch -> plain loop's; NOTE [ Compiled hot loop ]
-
-
-def user_frame() -> tuple[str, int]:
-    """(file, line) of the innermost caller outside this package: most often the line calling watch().
-
-    Where only the interpreter's own frames are outside (``python -m collector``),
-    the outermost frame of the package.
-    """
-    frame = last = sys._getframe(1)
-    while frame is not None:
-        filename = frame.f_code.co_filename
-        if not filename.startswith(PACKAGE_DIR):
-            if not filename.startswith("<"):
-                return filename, frame.f_lineno
-        else:
-            last = frame
-        frame = frame.f_back  # type: ignore[assignment]
-    return last.f_code.co_filename, last.f_lineno
 
 
 class Monitor(threading.Thread):
@@ -113,7 +80,7 @@ class Monitor(threading.Thread):
         self._link: Link | None = None
         self._launched: ProcessLink | None = None
         self._run_update: dict[str, Any] = {}  # sent with the next flush
-        self._epochs: dict[int, list[Any]] = {}
+        self._epochs: dict[int, EpochRow] = {}
         self._dirty_epochs: set[int] = set()
         self._due = {"flush": 0.0, "beat": 0.0}
         self.final_status: tuple[str, str | None] | None = None
@@ -121,25 +88,12 @@ class Monitor(threading.Thread):
     # -- warnings -----------------------------------------------------------
 
     def warn(self, key: str, message: str) -> None:
-        """Warn once per key; the message is also stored with the run.
-
-        Most warnings come from this thread, where no line of the user's is on
-        the stack, so each points at the line that started the recording; as
-        for any warning, the default filter shows it once per process and line
-        (a sweep's trials warn once).
-        """
+        """Warn once per key, pointing at the line that started the recording; the message is also stored."""
         if key in self.warned:
             return
         self.warned[key] = message
         self._warnings_dirty = True
-        filename, lineno = self._origin
-        warnings.warn_explicit(
-            f"stallwatch: {message}",
-            CollectorWarning,
-            filename,
-            lineno,
-            registry=_WARNING_REGISTRIES.setdefault(filename, {}),
-        )
+        warn_at(self._origin, message)
 
     # -- lifecycle ----------------------------------------------------------
 
@@ -176,14 +130,14 @@ class Monitor(threading.Thread):
         self._launched = None
         self._handle(replies)
 
-    def _handle(self, messages: list[Message]) -> None:
-        for kind, *rest in messages:
-            if kind == "run_id":
-                self.run_id = rest[0]
-            elif kind == "warn":
-                self.warn(rest[0], rest[1])
-            elif kind == "unwritten":
-                self._unwritten += rest[0]
+    def _handle(self, replies: list[Reply]) -> None:
+        for reply in replies:
+            if isinstance(reply, RunCreated):
+                self.run_id = reply.run_id
+            elif isinstance(reply, Warned):
+                self.warn(reply.key, reply.text)
+            else:
+                self._unwritten += reply.records
 
     def _close(self) -> None:
         if self._link is not None:
@@ -218,7 +172,8 @@ class Monitor(threading.Thread):
             chunk = [records.popleft() for _ in range(len(records))]
             if chunk:
                 # described batches are counted with their Timer's pairs
-                self._count(chunk[-1][0], chunk[-1][1], 0 if shape == "described" else len(chunk))
+                last = chunk[-1]
+                self._count(last[EPOCH], last[IDX], 0 if shape == "described" else len(chunk))
                 chunks[shape] = chunk
         return chunks
 
@@ -229,7 +184,7 @@ class Monitor(threading.Thread):
         for epoch, timer in list(timers.items()):
             first, pairs = timer.drain()
             if pairs:
-                n = len(pairs) // 16
+                n = len(pairs) // PAIR_BYTES
                 self._count(epoch, first + n - 1, n)
                 out.append((epoch, first, pairs))
             if epoch in self._ended:  # its end was queued after its last batch, so nothing follows
@@ -244,16 +199,19 @@ class Monitor(threading.Thread):
     def _drain_epochs(self, wall_of: Callable[[int], float]) -> None:
         events = self.shared.epoch_events
         while events:
-            kind, epoch, t_ns, *rest = events.popleft()
-            row = self._epochs.setdefault(epoch, [epoch, wall_of(t_ns), None, None, 0, "[]"])
-            if kind == "start":
-                row[5] = json.dumps(rest[0])  # worker pids: the writer samples them too
-            elif kind == "first":
-                row[3] = max(0.0, (rest[0] - t_ns) / 1e9)
+            event = events.popleft()
+            epoch = event.epoch
+            row = self._epochs.get(epoch)
+            if row is None:
+                row = self._epochs[epoch] = EpochRow(epoch, wall_of(event.t_ns))
+            if isinstance(event, EpochStarted):
+                row.worker_pids_json = json.dumps(event.worker_pids)  # the writer samples them too
+            elif isinstance(event, FirstBatch):
+                row.first_batch_s = max(0.0, (event.t_return_ns - event.t_ns) / 1e9)
             else:
-                row[2] = wall_of(t_ns)
-                row[4] = rest[0]
-                self._produced[epoch] = max(self._produced.get(epoch, 0), rest[0])
+                row.ended_at = wall_of(event.t_ns)
+                row.batches = event.batches
+                self._produced[epoch] = max(self._produced.get(epoch, 0), event.batches)
                 self._ended.add(epoch)
             self._dirty_epochs.add(epoch)
 
@@ -298,7 +256,7 @@ class Monitor(threading.Thread):
                 update["status"], error = self.final_status
                 if error is not None:
                     update["error"] = error
-        epochs = [tuple(self._epochs[e]) for e in sorted(self._dirty_epochs)]
+        epochs = [dataclasses.replace(self._epochs[e]) for e in sorted(self._dirty_epochs)]
         self._dirty_epochs.clear()
         flush = Flush(records=chunks, timed=timed, epochs=epochs, fetches=fetches, idle=idle, update=update)
         try:
@@ -318,12 +276,12 @@ class Monitor(threading.Thread):
         # and every k-th batch above that (always the first of each epoch).
         # The rate comes from the records' own clocks, so a pause in training
         # between two flushes does not read as a slow loop.
-        spans = [(len(c), c[0][3], c[-1][3]) for c in chunks.values() if len(c) >= 2]  # t_return_ns
+        spans = [(len(c), c[0][T_RETURN], c[-1][T_RETURN]) for c in chunks.values() if len(c) >= 2]
         for _, _, pairs in timed:
-            if len(pairs) >= 32:
+            if len(pairs) >= 2 * PAIR_BYTES:
                 spans.append(
                     (
-                        len(pairs) // 16,
+                        len(pairs) // PAIR_BYTES,
                         *PAIR_T_RETURN.unpack_from(pairs, 8),
                         *PAIR_T_RETURN.unpack_from(pairs, len(pairs) - 8),
                     )

@@ -19,13 +19,15 @@ from typing import Any
 from collector.record import cuda_idle, loader_probe
 from collector.record.batchinfo import describe_batch
 from collector.record.cuda_idle import IdleResolver
+from collector.record.handover import EpochEnded, EpochStarted, FirstBatch, Shared
 from collector.record.hotloop import Epoch, Timer
-from collector.record.monitor import Monitor, Rates, RunStart, Shared
+from collector.record.monitor import Monitor
 from collector.record.runinfo import command_line, distributed, loader_config, versions
 from collector.record.worker_timing import TimingRings, WorkerHook
 from collector.sample.host import host_facts
+from collector.sample.sampler import Rates
+from collector.writer.frames import RunStart
 
-DEFAULT_DB = "stallwatch.sqlite"
 # NOTE [ Bounded buffer ]
 # The training thread appends to deques, and the plain loop's Timer writes a
 # ring, that lose their oldest records when full; the monitor counts the gap
@@ -91,7 +93,7 @@ class Session:
         t_start = time.perf_counter_ns()
         it = self._open_iterator()
         probe = loader_probe.attach(it) if getattr(self.loader, "num_workers", 0) else None
-        self.shared.epoch_events.append(("start", epoch, t_start, [] if probe is None else probe.worker_pids()))
+        self.shared.epoch_events.append(EpochStarted(epoch, t_start, [] if probe is None else probe.worker_pids()))
         cuda = cuda_idle.cuda_active()
         if probe is None and not cuda:
             return self._plain_loop(it, epoch, t_start)
@@ -135,13 +137,13 @@ class Session:
         def on_batch(idx: int, t0: int, t1: int, prev: int | None, cpu_ns: int, batch: Any) -> int:
             append_described((epoch, idx, t0, t1, prev, *NO_QUEUE, *describe_batch(batch), cpu_ns))
             if idx == 0:
-                events.append(("first", epoch, t_start, t1))
+                events.append(FirstBatch(epoch, t_start, t1))
             return stride[0]
 
         def on_end(count: int, failure: BaseException | None) -> None:
             if failure is not None:
                 self.fail(failure)
-            events.append(("end", epoch, time.perf_counter_ns(), count))
+            events.append(EpochEnded(epoch, time.perf_counter_ns(), count))
 
         return Epoch(timer, on_batch, on_end)
 
@@ -190,7 +192,7 @@ class Session:
                     info = describe_batch(batch)
                     append_sampled((epoch, idx, t0, t1, prev, ready, in_flight, *worker, *info, cpu_ns))
                     if idx == 0:
-                        self.shared.epoch_events.append(("first", epoch, t_start, t1))
+                        self.shared.epoch_events.append(FirstBatch(epoch, t_start, t1))
                 else:
                     append_queue((epoch, idx, t0, t1, prev, ready, in_flight, *worker))
                 prev = t1
@@ -202,7 +204,7 @@ class Session:
             self.fail(exc)
             raise
         finally:
-            self.shared.epoch_events.append(("end", epoch, clock(), idx))
+            self.shared.epoch_events.append(EpochEnded(epoch, clock(), idx))
 
     # -- ending -------------------------------------------------------------
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from types import TracebackType
 from typing import Any
 
-from collector.record.monitor import Rates
 from collector.record.runinfo import generated_name
-from collector.record.session import CLOSE_TIMEOUT_S, DEFAULT_DB, Session
+from collector.record.session import CLOSE_TIMEOUT_S, Session
+from collector.sample.sampler import Rates
+from collector.store.schema import DEFAULT_DB, default_db_path
 
 
 class WatchedLoader:
@@ -64,7 +65,7 @@ def watch(
     *,
     gpu_hz: float = 10.0,
     host_hz: float = 2.0,
-    tags: dict[str, Any] | None = None,
+    tags: Mapping[str, Any] | None = None,
     **monitor_kwargs: Any,
 ) -> WatchedLoader:
     """Record every batch ``loader`` hands to the training loop into a SQLite file.
@@ -85,7 +86,7 @@ def watch(
         )
     if isinstance(loader, WatchedLoader):
         raise TypeError("this loader is already watched: pass the original DataLoader once")
-    path = os.fspath(db) if db is not None else os.environ.get("STALLWATCH_DB") or DEFAULT_DB
+    path = os.fspath(db) if db is not None else default_db_path()
     if not isinstance(path, str) or not path:
         raise TypeError(f"db must be a file path, got {db!r}")
     if os.path.isdir(path):

@@ -7,6 +7,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from collector.writer.frames import FETCH
+
 # NOTE [ Worker timing ]
 # torch's worker loop (torch/utils/data/_utils/worker.py) calls
 # ``init_fn(worker_id)`` and then ``_DatasetKind.create_fetcher(...)``, and it
@@ -35,7 +37,7 @@ from typing import Any
 # their worker id's ring and head.
 
 RING_SLOTS = 8192
-FIELDS = 7
+FIELDS = len(FETCH)
 Entry = tuple[float, ...]
 
 

@@ -45,7 +45,7 @@ class HostSampler:
         self._last_disk: tuple[float, int] | None = None
         try:
             psutil.cpu_percent(percpu=True)  # primes the per-core counters
-        except Exception as exc:  # noqa: BLE001 - a sandbox may hide /proc/stat
+        except (psutil.Error, OSError) as exc:  # a sandbox may hide /proc/stat
             warn("psutil-cpu", f"host CPU figures are off: {exc}")
 
     def host(self, now: float) -> HostSample:
@@ -109,7 +109,7 @@ class HostSampler:
     def _try(self, key: str, fn: Callable[[], Any]) -> Any:
         try:
             return fn()
-        except Exception as exc:  # noqa: BLE001 - a metric the OS will not give is NULL
+        except (self._ps.Error, OSError) as exc:  # a metric the OS will not give is NULL
             self._warn(key, f"host metric unavailable ({exc}); stored as NULL")
             return None
 

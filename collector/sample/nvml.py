@@ -32,6 +32,10 @@ def _load_pynvml() -> ModuleType:
     return pynvml
 
 
+def _describe(exc: BaseException) -> str:
+    return exc.__class__.__name__ + (f": {exc}" if str(exc) else "")
+
+
 class Nvml:
     """A probe that never raises: a missing metric is None, a missing driver is one warning.
 
@@ -47,11 +51,15 @@ class Nvml:
         self._use_samples = True
         try:
             nv = pynvml if pynvml is not None else _load_pynvml()
+        except ImportError as exc:
+            warn("nvml", NO_DRIVER_HINT.format(reason=_describe(exc)))
+            return
+        try:
             nv.nvmlInit()
             count = nv.nvmlDeviceGetCount()
             self._all = {i: nv.nvmlDeviceGetHandleByIndex(i) for i in range(count)}
-        except Exception as exc:  # noqa: BLE001 - ImportError, NVMLError, OSError: all mean "no GPU data"
-            warn("nvml", NO_DRIVER_HINT.format(reason=exc.__class__.__name__ + (f": {exc}" if str(exc) else "")))
+        except (nv.NVMLError, OSError) as exc:  # no driver, no library: no GPU data
+            warn("nvml", NO_DRIVER_HINT.format(reason=_describe(exc)))
             return
         self._nv = nv
         self._handles = self._visible(self._all)
@@ -75,7 +83,7 @@ class Nvml:
         for index, handle in self._all.items():
             try:
                 procs = self._nv.nvmlDeviceGetComputeRunningProcesses(handle)
-            except Exception:  # noqa: BLE001 - unsupported query: keep the visible set
+            except self._nv.NVMLError:  # unsupported query: keep the visible set
                 return
             if any(p.pid == self._pid for p in procs):
                 mine[index] = handle
@@ -140,7 +148,7 @@ class Nvml:
             return None
         except nv.NVMLError_NotFound:
             return []
-        except Exception as exc:  # noqa: BLE001 - any other NVML error: fall back to rates
+        except nv.NVMLError as exc:  # any other NVML error: fall back to rates
             self._warn("nvml-samples", f"NVML sample buffer failed ({exc}); using utilisation rates")
             self._use_samples = False
             return None
@@ -159,7 +167,7 @@ class Nvml:
             return fn(*args)
         except self._nv.NVMLError_NotSupported:
             return None
-        except Exception as exc:  # noqa: BLE001 - NVML failing mid-run: NULL and one warning
+        except self._nv.NVMLError as exc:  # NVML failing mid-run: NULL and one warning
             self._warn(
                 "nvml-" + getattr(fn, "__name__", "call"), f"NVML call {getattr(fn, '__name__', fn)} failed: {exc}"
             )
@@ -169,6 +177,6 @@ class Nvml:
         if self._nv is not None:
             try:
                 self._nv.nvmlShutdown()
-            except Exception:  # noqa: BLE001 - shutting down: nothing left to protect
+            except self._nv.NVMLError:  # shutting down: nothing left to protect
                 pass
             self._nv = None

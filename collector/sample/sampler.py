@@ -116,13 +116,11 @@ class Sampler:
                 due["detail"] = now + max(DETAIL_MEMORY_INTERVAL_S, spent / DETAIL_MEMORY_BUDGET)
             due["host"] = now + 1.0 / self.rates.host_hz
 
-    def see_epochs(self, rows: list[tuple[Any, ...]]) -> None:
-        """Follow the workers of the newest epoch (epoch rows carry their pids as JSON, in order)."""
-        for row in rows:
-            epoch, pids = row[0], row[5]
-            if epoch > self._newest_epoch:
-                self._newest_epoch = epoch
-                self._workers = {pid: i for i, pid in enumerate(json.loads(pids))}
+    def see_workers(self, epoch: int, worker_pids: list[int]) -> None:
+        """Follow the workers of the newest epoch: ``worker_pids[i]`` is worker i's pid."""
+        if epoch > self._newest_epoch:
+            self._newest_epoch = epoch
+            self._workers = {pid: i for i, pid in enumerate(worker_pids)}
 
     def take(self) -> tuple[dict[str, list[tuple[Any, ...]]], dict[str, Any]]:
         """The rows sampled since the last take, and the run update (the GPUs found), once."""

@@ -25,43 +25,21 @@ INSERTS = {
 }
 
 
-# NOTE [ Record shapes ]
-# Each hot-path loop builds the shortest tuple it can (every field costs the
-# training thread time), and each shape has its own statement with NULL
-# written into the SQL for the fields it lacks:
-#   fast     (epoch, idx, t_request_ns, t_return_ns, t_prev_return_ns)
-#   queue    fast + (ready, in_flight, worker_id, worker_pid, worker_incarnation, worker_seq)
-#   rich     queue + (samples, nbytes, pinned)
-#   sampled  rich + (load_cpu_ns): the batches whose size is also measured
-#   described  as sampled, from the plain loop: its batch is also among a
-#            Timer's clock pairs, so it replaces that row and is not counted twice
-SHAPE_COLUMNS = {
-    "fast": (),
-    "queue": ("ready", "in_flight", "worker_id", "worker_pid", "worker_incarnation", "worker_seq"),
-    "rich": (
-        "ready",
-        "in_flight",
-        "worker_id",
-        "worker_pid",
-        "worker_incarnation",
-        "worker_seq",
-        "samples",
-        "nbytes",
-        "pinned",
-    ),
-}
-SHAPE_COLUMNS["sampled"] = (*SHAPE_COLUMNS["rich"], "load_cpu_s")
-SHAPE_COLUMNS["described"] = SHAPE_COLUMNS["sampled"]
+def batch_insert_sql(run_id: int, wall0_s: float, perf0_ns: int, extra: Sequence[str] = ()) -> str:
+    """INSERT for one raw hot-path record, bound as parameters.
 
-
-def batch_insert_sql(run_id: int, wall0_s: float, perf0_ns: int, shape: str = "rich") -> str:
-    """INSERT for one raw hot-path record of one shape, bound as parameters."""
+    Every record starts with (epoch, idx, t_request_ns, t_return_ns,
+    t_prev_return_ns); ``extra`` names the fields after those, each a
+    ``batches`` column, except that a field ending in ``_ns`` is stored in
+    seconds in its ``_s`` column. See NOTE [ Record layouts ] in
+    collector/writer/frames.py.
+    """
     # NOTE [ Clocks in SQL ]
     # The raw perf_counter_ns values become ts, wait_s and step_s in the
     # statement, so Python does no per-row arithmetic. The constants are our
     # own int/float values, formatted with repr.
-    extra = SHAPE_COLUMNS[shape]
-    columns = ", ".join(("run_id", "epoch", "idx", "ts", "wait_s", "step_s", *extra))
+    stored = [name[: -len("_ns")] + "_s" if name.endswith("_ns") else name for name in extra]
+    columns = ", ".join(("run_id", "epoch", "idx", "ts", "wait_s", "step_s", *stored))
     values = ", ".join(
         (
             str(int(run_id)),
@@ -70,7 +48,7 @@ def batch_insert_sql(run_id: int, wall0_s: float, perf0_ns: int, shape: str = "r
             f"{float(wall0_s)!r} + (?4 - {int(perf0_ns)}) / 1e9",
             "MAX(0.0, (?4 - ?3) / 1e9)",
             "MAX(0.0, (?3 - ?5) / 1e9)",
-            *(f"?{6 + i} / 1e9" if column == "load_cpu_s" else f"?{6 + i}" for i, column in enumerate(extra)),
+            *(f"?{6 + i} / 1e9" if name.endswith("_ns") else f"?{6 + i}" for i, name in enumerate(extra)),
         )
     )
     return f"INSERT OR REPLACE INTO batches ({columns}) VALUES ({values})"

@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+
 APP_ID = "stallwatch"
+DEFAULT_DB = "stallwatch.sqlite"  # the one default file name: watch(), every subcommand, the dashboard
+ENV_DB = "STALLWATCH_DB"
+
+
+def default_db_path(environ: Mapping[str, str] = os.environ) -> str:
+    """``$STALLWATCH_DB``, else ``stallwatch.sqlite`` in the working directory."""
+    return environ.get(ENV_DB) or DEFAULT_DB
+
+
 SCHEMA_VERSION = 1
 
 # NOTE [ Schema ]

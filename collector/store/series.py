@@ -152,12 +152,6 @@ def _with_time(df: pd.DataFrame, t0: float, width: float) -> pd.DataFrame:
     return df
 
 
-def gpu_mean_util(reader: Reader, run_id: int, t0: float | None = None, t1: float | None = None) -> float | None:
-    where, params = _window("g", run_id, t0, t1)
-    value = reader.scalar(f"SELECT AVG(util_pct) FROM gpu_samples g {where}", params)
-    return None if value is None else float(value)
-
-
 def host_samples(reader: Reader, run_id: int, t0: float, t1: float, max_rows: int = 20_000) -> pd.DataFrame:
     """Host rows in the window (per-core JSON left as text); the newest ``max_rows`` at most."""
     where, params = _window("h", run_id, t0, t1)
@@ -200,10 +194,6 @@ def worker_envelope(
     )
     df.attrs["every"] = max(1, int(every))
     return _with_time(df, t0, width)
-
-
-def has_gpu_samples(reader: Reader, run_id: int) -> bool:
-    return reader.scalar("SELECT 1 FROM gpu_samples WHERE run_id = ? AND util_pct IS NOT NULL LIMIT 1", [run_id]) == 1
 
 
 def run_gpu_means(reader: Reader, run_ids: Sequence[int]) -> dict[int, float]:

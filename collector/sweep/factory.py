@@ -11,13 +11,9 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from collector.errors import StallwatchError
+from collector.errors import FactoryNotFound
 
 EXAMPLE = "train.py:make_loader or mypackage.data:make_loader"
-
-
-class FactoryNotFound(StallwatchError):
-    """The factory spec names no importable module or no function in it."""
 
 
 def load_factory(spec: str) -> Callable[..., Any]:

@@ -14,18 +14,19 @@ from pathlib import Path
 from typing import Protocol
 
 from collector.sample.sampler import HostFactory, NvmlFactory
-from collector.writer.child import (
-    CLOSE,
+from collector.writer.child import Sink
+from collector.writer.frames import (
     READ_BYTES,
+    Close,
     Flush,
     FrameBuffer,
-    Message,
     Open,
-    Sink,
-    flush_payload,
-    frame_bytes,
+    Reply,
+    RunCreated,
+    Warned,
+    decode_replies,
+    encode_frame,
     open_failure,
-    open_payload,
 )
 
 START_TIMEOUT_S = 15.0
@@ -54,9 +55,9 @@ class Link(Protocol):
 
     def sample(self) -> None: ...
 
-    def messages(self) -> list[Message]: ...
+    def messages(self) -> list[Reply]: ...
 
-    def close(self, timeout_s: float) -> list[Message]: ...
+    def close(self, timeout_s: float) -> list[Reply]: ...
 
 
 class ProcessLink:
@@ -86,14 +87,14 @@ class ProcessLink:
         self._incoming = FrameBuffer()
         self._eof = False
         _links.add(self)
-        self._write(open_payload(opening))
+        self._write(encode_frame(opening))
 
-    def _write(self, payload: tuple[object, ...]) -> None:
-        view = memoryview(frame_bytes(payload))
+    def _write(self, frame: bytes) -> None:
+        view = memoryview(frame)
         while view:
             view = view[os.write(self._frames, view) :]
 
-    def first_reply(self, timeout_s: float) -> list[Message] | None:
+    def first_reply(self, timeout_s: float) -> list[Reply] | None:
         """The child's answer to Open, or None if it died or never answered."""
         deadline = time.monotonic() + timeout_s
         while not (replies := self.messages()) and not self._eof:
@@ -106,7 +107,7 @@ class ProcessLink:
         return replies
 
     def send(self, flush: Flush) -> None:
-        self._write(flush_payload(flush))
+        self._write(encode_frame(flush))
 
     def due(self) -> float:
         return float("inf")  # the child samples on its own clock
@@ -114,27 +115,27 @@ class ProcessLink:
     def sample(self) -> None:
         pass
 
-    def messages(self) -> list[Message]:
+    def messages(self) -> list[Reply]:
         """Replies that have arrived, without waiting."""
-        out: list[Message] = []
+        out: list[Reply] = []
         with contextlib.suppress(BlockingIOError):
             while chunk := os.read(self._replies, 1 << 16):
-                for reply in self._incoming.feed(chunk):
-                    out.extend(reply)
+                for payload in self._incoming.feed(chunk):
+                    out.extend(decode_replies(payload))
             self._eof = True
         return out
 
-    def close(self, timeout_s: float) -> list[Message]:
+    def close(self, timeout_s: float) -> list[Reply]:
         """Tell the child to finish, wait for it to write what it has, then read its last replies."""
         with contextlib.suppress(OSError):
-            self._write(CLOSE)
+            self._write(encode_frame(Close()))
         with contextlib.suppress(OSError):
             os.close(self._frames)
         _links.discard(self)
         try:
             self.proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
-            return [("warn", "writer-slow", f"the writer process was still writing after {timeout_s:.0f} s")]
+            return [Warned("writer-slow", f"the writer process was still writing after {timeout_s:.0f} s")]
         out = self.messages()
         os.close(self._replies)
         return out
@@ -171,7 +172,7 @@ class LocalLink:
 
     def __init__(self, sink: Sink) -> None:
         self.sink = sink
-        self._messages: list[Message] = []
+        self._messages: list[Reply] = []
 
     def send(self, flush: Flush) -> None:
         self._messages.extend(self.sink.write(flush))
@@ -184,11 +185,11 @@ class LocalLink:
         self.sink.sampler.sample()
         self._messages.extend(self.sink.take_messages())
 
-    def messages(self) -> list[Message]:
+    def messages(self) -> list[Reply]:
         out, self._messages = self._messages, []
         return out
 
-    def close(self, timeout_s: float) -> list[Message]:
+    def close(self, timeout_s: float) -> list[Reply]:
         self._messages.extend(self.sink.close())
         return self.messages()
 
@@ -206,7 +207,7 @@ def connect(
     launched: ProcessLink | None,
     nvml_factory: NvmlFactory | None = None,
     host_factory: HostFactory | None = None,
-) -> tuple[Link | None, list[Message]]:
+) -> tuple[Link | None, list[Reply]]:
     """Wait for the launched writer to create the run: (link, replies), link None when nothing can be recorded.
 
     Without a writer process (none launched, or it died) the Sink runs in this
@@ -215,7 +216,7 @@ def connect(
     if launched is not None:
         replies = launched.first_reply(START_TIMEOUT_S)
         if replies is not None:
-            if any(m[0] == "run_id" for m in replies):
+            if any(isinstance(reply, RunCreated) for reply in replies):
                 return launched, replies
             launched.close(START_TIMEOUT_S)  # it could not open the file and is exiting
             return None, replies
@@ -223,4 +224,4 @@ def connect(
         sink = Sink(opening, nvml_factory=nvml_factory, host_factory=host_factory)
     except Exception as exc:  # noqa: BLE001 - unwritable path, full disk, foreign file
         return None, [open_failure(opening.db_path, exc)]
-    return LocalLink(sink), [("run_id", sink.run_id), *sink.take_messages()]
+    return LocalLink(sink), [RunCreated(sink.run_id), *sink.take_messages()]

@@ -1,0 +1,33 @@
+"""What every subcommand shares: one-line usage errors, argument types, and the one default database path."""
+
+from __future__ import annotations
+
+import argparse
+from typing import NoReturn
+
+from collector.store.schema import default_db_path
+
+EXIT_USAGE = 2
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """Usage errors as one line on stderr and exit code 2, without the usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"stallwatch: {message} (see {self.prog} --help)\n")
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a number above zero."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def add_db_option(parser: argparse.ArgumentParser) -> None:
+    """``--db PATH``, defaulting to ``$STALLWATCH_DB``, else ``stallwatch.sqlite`` here."""
+    parser.add_argument("--db", default=default_db_path(), help="SQLite file (default: $STALLWATCH_DB or %(default)s)")

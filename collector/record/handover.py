@@ -1,0 +1,46 @@
+"""What the training thread hands the monitor thread: record buffers and epoch events, appended there, drained there."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from collector.record.cuda_idle import IdleResolver
+from collector.record.hotloop import Timer
+from collector.record.worker_timing import TimingRings
+
+
+# What the training thread tells the monitor about each epoch (perf_counter_ns clocks).
+class EpochStarted(NamedTuple):
+    epoch: int
+    t_ns: int  # iter() was called
+    worker_pids: list[int]
+
+
+class FirstBatch(NamedTuple):
+    epoch: int
+    t_ns: int  # iter() was called
+    t_return_ns: int  # the first batch arrived
+
+
+class EpochEnded(NamedTuple):
+    epoch: int
+    t_ns: int
+    batches: int
+
+
+EpochEvent = EpochStarted | FirstBatch | EpochEnded
+
+
+@dataclass
+class Shared:
+    """What the training thread hands over: appended there, drained here."""
+
+    records: dict[str, deque[tuple[Any, ...]]]  # layout name -> records; see NOTE [ Record layouts ]
+    epoch_events: deque[EpochEvent]
+    resolver: IdleResolver
+    stride: list[int]  # describe every stride-th batch; see NOTE [ Batch size sampling ]
+    timing_rings: TimingRings | None = None  # created when the first workers start
+    status: dict[str, Any] = field(default_factory=dict)  # set by the training thread on crash
+    timers: dict[int, Timer] = field(default_factory=dict)  # epoch -> plain loop's; NOTE [ Compiled hot loop ]

@@ -1,0 +1,263 @@
+"""The wire contract between the training process and the writer: every record layout, by name, and the frames."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import marshal
+import os
+import select
+import struct
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO, NamedTuple
+
+from collector.sample.sampler import Rates
+
+# NOTE [ Record layouts ]
+# Each hot-path loop builds the shortest tuple it can (every field costs the
+# training thread time: a measured choice, see NOTE [ Hot path ]), so records
+# are positional on the training thread. Their layouts are defined here, once,
+# by name; the loops that pack them (collector/record/session.py) and the
+# writer that turns them into rows (collector/store/connection.py, one
+# statement per layout with NULL for the fields it lacks) both read them here.
+# A field named *_ns is a clock or CPU reading in nanoseconds and is stored in
+# seconds, in the column of the same name ending in _s.
+#   fast       clocks only, from a plain loop's Timer (NOTE [ Compiled hot loop ])
+#   queue      fast + the loader's queue and the worker that produced the batch
+#   rich       queue + the batch's size and whether it is pinned
+#   sampled    rich + the main thread's CPU during next(): batches also described
+#   described  as sampled, from the plain loop: its batch is also among a
+#              Timer's clock pairs, so it replaces that row and is not counted twice
+FAST = ("epoch", "idx", "t_request_ns", "t_return_ns", "t_prev_return_ns")
+QUEUE = (*FAST, "ready", "in_flight", "worker_id", "worker_pid", "worker_incarnation", "worker_seq")
+RICH = (*QUEUE, "samples", "nbytes", "pinned")
+SAMPLED = (*RICH, "load_cpu_ns")
+LAYOUTS: dict[str, tuple[str, ...]] = {
+    "fast": FAST,
+    "queue": QUEUE,
+    "rich": RICH,
+    "sampled": SAMPLED,
+    "described": SAMPLED,
+}
+# A worker's fetch timing (NOTE [ Worker timing ]): float64 values in a shared-memory ring, then a frame.
+FETCH = ("worker_pid", "worker_id", "incarnation", "seq", "started_at", "wall_s", "cpu_s")
+CLOCKS = len(FAST)  # every layout starts with the fast fields
+EPOCH, IDX, T_RETURN = FAST.index("epoch"), FAST.index("idx"), FAST.index("t_return_ns")
+PAIR_BYTES = 16  # a Timer's (t_request_ns, t_return_ns) pair: two int64
+
+FRAME_HEADER = struct.Struct("<I")
+READ_BYTES = 1 << 20  # the pipe's size (collector/writer/link.py)
+
+
+@dataclass
+class RunStart:
+    """Everything the run row needs; gathered on the training thread."""
+
+    name: str
+    config: dict[str, Any]
+    host: dict[str, Any]
+    versions: dict[str, Any]
+    hostname: str
+    pid: int
+    command: str
+    rank: int | None
+    world_size: int | None
+    tags: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Open:
+    """The first frame: where to write, the run to create, the clocks' origin and the sampling rates."""
+
+    db_path: str
+    start: RunStart
+    wall0_s: float
+    perf0_ns: int
+    rates: Rates
+
+    def __post_init__(self) -> None:
+        # Only plain built-ins cross the pipe (NOTE [ Frames ]): a
+        # torch.__version__ is a TorchVersion, a config may hold user objects.
+        fields = ("config", "host", "versions", "tags")
+        plain = {name: json.loads(json.dumps(getattr(self.start, name), default=str)) for name in fields}
+        self.start = dataclasses.replace(self.start, **plain)
+
+
+@dataclass
+class EpochRow:
+    """One row of the epochs table, as the monitor builds it up from the training thread's events."""
+
+    epoch: int
+    started_at: float
+    ended_at: float | None = None
+    first_batch_s: float | None = None
+    batches: int = 0
+    worker_pids_json: str = "[]"  # the sampler follows the newest epoch's workers through it
+
+
+@dataclass
+class Flush:
+    """One flush interval's worth of records; written as one transaction.
+
+    Rows carry no run id: the sink adds it. ``records`` maps a layout name
+    (NOTE [ Record layouts ]) to hot-path tuples, ``timed`` holds (epoch,
+    first idx, int64 clock pairs) from the plain loop's Timer (NOTE
+    [ Compiled hot loop ]), ``fetches`` raw float64 ring segments (NOTE
+    [ Timing rings ]), ``idle`` ((epoch, idx), gpu_idle_s) pairs. Samples are
+    not in it: the Sink's own Sampler takes them.
+    """
+
+    records: dict[str, list[tuple[Any, ...]]] = field(default_factory=dict)
+    timed: list[tuple[int, int, bytes]] = field(default_factory=list)
+    epochs: list[EpochRow] = field(default_factory=list)
+    fetches: list[bytes] = field(default_factory=list)
+    idle: list[tuple[tuple[int, int], float | None]] = field(default_factory=list)
+    update: dict[str, Any] = field(default_factory=dict)
+
+    def record_count(self) -> int:
+        """Batches in this frame (a described batch is also among the timed pairs: counted once)."""
+        described = len(self.records.get("described", ()))
+        timed = sum(len(pairs) // PAIR_BYTES for *_, pairs in self.timed)
+        return sum(len(chunk) for chunk in self.records.values()) - described + timed
+
+
+class Close(NamedTuple):
+    """The last frame: write what is left and exit."""
+
+
+# The writer's replies.
+class RunCreated(NamedTuple):
+    run_id: int
+
+
+class Warned(NamedTuple):
+    key: str  # one warning per key
+    text: str
+
+
+class Unwritten(NamedTuple):
+    records: int  # batches lost to a failed write
+
+
+Reply = RunCreated | Warned | Unwritten
+_REPLY_TAGS: dict[type, str] = {RunCreated: "run_id", Warned: "warn", Unwritten: "unwritten"}
+_REPLY_TYPES = {tag: kind for kind, tag in _REPLY_TAGS.items()}
+
+
+def open_failure(db_path: str, exc: BaseException) -> Warned:
+    return Warned("store", f"cannot record to {db_path} ({exc}); training continues unrecorded")
+
+
+# NOTE [ Frames ]
+# A frame is a 4-byte length and a marshal payload: marshal encodes the
+# built-in types records are made of about twice as fast as pickle, and
+# decoding it can never run code or import a module. It encodes exact tuples
+# only, so each message travels as a tagged tuple and is named again on
+# arrival (decode_frame, decode_replies):
+#   ("open", db_path, run_start_fields, wall0_s, perf0_ns, (gpu_hz, host_hz))
+#   ("flush", records, timed, epoch_rows, fetches, idle, update)
+#   ("close",)
+# and the writer's replies are lists of ("run_id", id) | ("warn", key, text)
+# | ("unwritten", records). Epoch rows travel as tuples in EpochRow's order.
+Frame = Open | Flush | Close
+
+
+def encode_frame(frame: Frame) -> bytes:
+    if isinstance(frame, Open):
+        rates = (frame.rates.gpu_hz, frame.rates.host_hz)
+        payload: tuple[Any, ...] = ("open", frame.db_path, vars(frame.start), frame.wall0_s, frame.perf0_ns, rates)
+    elif isinstance(frame, Flush):
+        epochs = [dataclasses.astuple(row) for row in frame.epochs]
+        payload = ("flush", frame.records, frame.timed, epochs, frame.fetches, frame.idle, frame.update)
+    else:
+        payload = ("close",)
+    return frame_bytes(payload)
+
+
+def decode_frame(payload: Any) -> Frame | None:
+    """The frame a payload carries; None for anything else."""
+    if not isinstance(payload, tuple) or not payload:
+        return None
+    tag, *rest = payload
+    if tag == "open":
+        db_path, start, wall0_s, perf0_ns, rates = rest
+        return Open(db_path, RunStart(**start), wall0_s, perf0_ns, Rates(*rates))
+    if tag == "flush":
+        records, timed, epochs, fetches, idle, update = rest
+        return Flush(records, timed, [EpochRow(*row) for row in epochs], fetches, idle, update)
+    if tag == "close":
+        return Close()
+    return None
+
+
+def encode_replies(replies: list[Reply]) -> bytes:
+    return frame_bytes([(_REPLY_TAGS[type(reply)], *reply) for reply in replies])
+
+
+def decode_replies(payload: list[tuple[Any, ...]]) -> list[Reply]:
+    return [_REPLY_TYPES[tag](*rest) for tag, *rest in payload]
+
+
+def frame_bytes(payload: Any) -> bytes:
+    """One frame: a 4-byte length, then the marshal payload."""
+    data = marshal.dumps(payload)
+    return FRAME_HEADER.pack(len(data)) + data
+
+
+class FrameBuffer:
+    """Bytes in, whole payloads out: both ends of the pipe cut frames with it."""
+
+    def __init__(self) -> None:
+        self._data = bytearray()
+
+    def feed(self, chunk: bytes) -> list[Any]:
+        data = self._data
+        data += chunk
+        payloads = []
+        pos = 0
+        with memoryview(data) as view:
+            while len(data) - pos >= FRAME_HEADER.size:
+                (size,) = FRAME_HEADER.unpack_from(data, pos)
+                end = pos + FRAME_HEADER.size + size
+                if end > len(data):
+                    break
+                payloads.append(marshal.loads(view[pos + FRAME_HEADER.size : end]))
+                pos = end
+        del data[:pos]
+        return payloads
+
+
+WAITED = ("waited",)  # FrameReader.next: the time ran out first
+
+
+class FrameReader:
+    """Whole payloads from a pipe, waiting at most a given time for the next."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._buffer = FrameBuffer()
+        self._ready: deque[Any] = deque()
+        self._ended = False
+
+    def next(self, timeout_s: float | None) -> Any:
+        """The next payload; WAITED when ``timeout_s`` passed first; None at the end of input."""
+        deadline = None if timeout_s is None or timeout_s == float("inf") else time.monotonic() + timeout_s
+        while not self._ready:
+            if self._ended:
+                return None
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not select.select([self._fd], [], [], left)[0]:
+                return WAITED
+            chunk = os.read(self._fd, READ_BYTES)
+            if chunk:
+                self._ready.extend(self._buffer.feed(chunk))
+            else:
+                self._ended = True  # a cut-off frame counts as the end
+        return self._ready.popleft()
+
+
+def write_frame(stream: BinaryIO, data: bytes) -> None:
+    stream.write(data)
+    stream.flush()
