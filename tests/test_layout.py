@@ -1,0 +1,70 @@
+"""The layout is the architecture: each stage imports only the stages below it on the data path."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = {"errors"}  # collector/errors.py: every stage may raise a public error
+# stage -> the stages it may import (besides itself and SHARED)
+ALLOWED = {
+    "cli": {"sweep", "record", "writer", "sample", "store", "diagnosis", "findings", "__init__"},
+    "sweep": {"record", "store", "diagnosis"},
+    "record": {"writer", "sample", "store", "__init__"},
+    "writer": {"sample", "store"},
+    "sample": set(),
+    "store": set(),
+    "diagnosis": {"store"},
+    # the app also formats a sweep's settings with their pure value type (sweep/grid.py)
+    "app": {"store", "diagnosis", "findings", "sweep", "__init__"},
+}
+MAX_LINES = 310  # about 300
+
+
+def stage_of(module: str) -> str | None:
+    """``collector.record.session`` -> ``record``; ``app.views.run`` -> ``app``; other packages -> None."""
+    parts = module.split(".")
+    if parts[0] == "app":
+        return "app"
+    if parts[0] != "collector":
+        return None
+    if len(parts) == 1 or not any((ROOT / "collector" / name).exists() for name in (parts[1], parts[1] + ".py")):
+        return "__init__"  # collector itself, or a name it defines (__version__)
+    return parts[1]
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every collector/app module ``path`` imports, at the top or inside a function."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return {m for m in found if m.split(".")[0] in ("collector", "app")}
+
+
+def sources() -> list[Path]:
+    return sorted([*(ROOT / "collector").rglob("*.py"), *(ROOT / "app").rglob("*.py")])
+
+
+@pytest.mark.parametrize("path", sources(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_each_module_imports_only_the_stages_below_it(path):
+    module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+    stage = stage_of(module)
+    if stage in (None, "__init__", "__main__", "findings", *SHARED):
+        return  # the facade and the shared errors sit above and beside every stage
+    upward = {t for t in imported_modules(path) if stage_of(t) not in (None, stage, *SHARED, *ALLOWED[stage])}
+    assert not upward, f"{module} ({stage}) imports {sorted(upward)}, which are not below it"
+
+
+@pytest.mark.parametrize("path", sources(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_each_module_is_small_and_says_what_it_is_for(path):
+    text = path.read_text()
+    assert len(text.splitlines()) <= MAX_LINES, f"{path.name} has {len(text.splitlines())} lines"
+    if text.strip():
+        assert ast.get_docstring(ast.parse(text)), f"{path.name} starts with no docstring"
