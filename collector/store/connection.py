@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from collector.errors import NotAStallwatchFile, SchemaTooNew
-from collector.store.schema import APP_ID, DDL, SCHEMA_VERSION
+from collector.store.schema import APP_ID, DDL, MIGRATIONS, SCHEMA_VERSION
 
 BUSY_TIMEOUT_MS = 5_000
 
@@ -66,8 +66,8 @@ def table_names(conn: sqlite3.Connection) -> set[str]:
     return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
 
 
-def check_meta(conn: sqlite3.Connection, path: str) -> None:
-    """Raise unless ``conn`` holds a stallwatch database this version can read."""
+def check_meta(conn: sqlite3.Connection, path: str) -> int:
+    """The file's schema version; raises unless ``conn`` holds a stallwatch database this version can read."""
     tables = table_names(conn)
     if "meta" not in tables:
         kind = "an empty database" if not tables else "another program's SQLite database"
@@ -81,6 +81,7 @@ def check_meta(conn: sqlite3.Connection, path: str) -> None:
             f"{path} has schema version {version}, newer than this stallwatch "
             f"understands ({SCHEMA_VERSION}): upgrade stallwatch (pip install -U stallwatch)"
         )
+    return version
 
 
 class Store:
@@ -132,7 +133,17 @@ class Store:
                     "INSERT INTO meta VALUES (?, ?)",
                     [("app", APP_ID), ("schema_version", str(SCHEMA_VERSION))],
                 )
-        check_meta(self.conn, self.path)
+        if check_meta(self.conn, self.path) < SCHEMA_VERSION:
+            self._migrate()
+
+    def _migrate(self) -> None:
+        """Bring an older file up to this schema (NOTE [ Schema versions ]); another writer may have done it."""
+        with self.transaction() as conn:
+            version = int(conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0])
+            for target in range(version + 1, SCHEMA_VERSION + 1):
+                for statement in MIGRATIONS.get(target, ()):
+                    conn.execute(statement)
+            conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
@@ -159,13 +170,15 @@ class Store:
         world_size: int | None,
         tags: dict[str, Any] | None = None,
         started_at: float | None = None,
+        job_id: str | None = None,
+        stage: str | None = None,
     ) -> int:
         now = time.time() if started_at is None else started_at
         with self.transaction() as conn:
             cur = conn.execute(
                 "INSERT INTO runs (name, status, started_at, heartbeat_at, hostname, pid, command,"
-                " rank, world_size, tags, config, host, versions)"
-                " VALUES (?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " rank, world_size, tags, config, host, versions, job_id, stage)"
+                " VALUES (?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     name,
                     now,
@@ -179,6 +192,8 @@ class Store:
                     json.dumps(config, default=str),
                     json.dumps(host, default=str),
                     json.dumps(versions, default=str),
+                    job_id,
+                    stage,
                 ),
             )
             run_id = cur.lastrowid

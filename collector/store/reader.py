@@ -15,6 +15,7 @@ import pandas as pd
 
 from collector.errors import NotAStallwatchFile, UnknownRun
 from collector.store.connection import check_meta
+from collector.store.schema import RUN_DEFAULTS
 
 # A running run whose heartbeat is older than this was killed (SIGKILL, OOM, power).
 STALE_AFTER_S = 5.0
@@ -110,6 +111,9 @@ class Reader:
     def runs(self) -> pd.DataFrame:
         """Every run, newest first, with JSON columns decoded and a derived ``state``."""
         df = self.frame("SELECT * FROM runs ORDER BY id DESC")
+        for column, default in RUN_DEFAULTS.items():  # an older file: NOTE [ Schema versions ]
+            if column not in df.columns:
+                df[column] = default
         for column in JSON_COLUMNS:
             df[column] = [
                 json.loads(v) if isinstance(v, str) and v else ({} if column != "warnings" else []) for v in df[column]

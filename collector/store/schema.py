@@ -15,7 +15,37 @@ def default_db_path(environ: Mapping[str, str] = os.environ) -> str:
     return environ.get(ENV_DB) or DEFAULT_DB
 
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+
+# NOTE [ Schema versions ]
+# A file keeps the version it was created with until a newer stallwatch
+# writes to it: the writer then adds what is missing (MIGRATIONS, one
+# transaction) and records the new version. Readers never write, so they read
+# an older file as it is, with RUN_DEFAULTS standing in for the runs columns
+# it lacks.
+#   2: runs.job_id and runs.stage (a distributed job's shared id; train / val
+#      / test / predict), runs.error_count, first_error, last_error (dataset
+#      errors the loop saw, caught or not), runs.exit_code, runs.dropped_samples.
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    2: (
+        "ALTER TABLE runs ADD COLUMN job_id TEXT",
+        "ALTER TABLE runs ADD COLUMN stage TEXT",
+        "ALTER TABLE runs ADD COLUMN error_count INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE runs ADD COLUMN first_error TEXT",
+        "ALTER TABLE runs ADD COLUMN last_error TEXT",
+        "ALTER TABLE runs ADD COLUMN exit_code INTEGER",
+        "ALTER TABLE runs ADD COLUMN dropped_samples INTEGER NOT NULL DEFAULT 0",
+    ),
+}
+RUN_DEFAULTS: dict[str, object] = {
+    "job_id": None,
+    "stage": None,
+    "error_count": 0,
+    "first_error": None,
+    "last_error": None,
+    "exit_code": None,
+    "dropped_samples": 0,
+}
 
 # NOTE [ Schema ]
 # Units are in the column names: *_s seconds, *_bytes bytes, *_pct percent,
@@ -48,7 +78,14 @@ CREATE TABLE IF NOT EXISTS runs (
     host TEXT,                       -- JSON: cores, RAM, GPUs, driver
     versions TEXT,                   -- JSON: python, torch, stallwatch
     dropped_records INTEGER NOT NULL DEFAULT 0,
-    warnings TEXT                    -- JSON list of warnings the collector gave
+    warnings TEXT,                   -- JSON list of warnings the collector gave
+    job_id TEXT,                     -- shared by the ranks of one distributed job
+    stage TEXT,                      -- train | val | test | predict, when a framework says
+    error_count INTEGER NOT NULL DEFAULT 0,  -- exceptions the loader raised into the loop
+    first_error TEXT,
+    last_error TEXT,
+    exit_code INTEGER,               -- the process's, when it exited non-zero
+    dropped_samples INTEGER NOT NULL DEFAULT 0  -- GPU/host/process samples lost
 );
 CREATE TABLE IF NOT EXISTS epochs (
     run_id INTEGER NOT NULL REFERENCES runs(id),

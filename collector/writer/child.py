@@ -79,6 +79,8 @@ class Sink:
                 world_size=start.world_size,
                 tags=start.tags,
                 started_at=opening.wall0_s,
+                job_id=start.job_id,
+                stage=start.stage,
             )
         except BaseException:
             self.store.close()

@@ -65,6 +65,8 @@ class RunStart:
     rank: int | None
     world_size: int | None
     tags: dict[str, Any] = field(default_factory=dict)
+    job_id: str | None = None  # shared by the ranks of one distributed job
+    stage: str | None = None  # train | val | test | predict, when a framework says
 
 
 @dataclass
