@@ -9,6 +9,7 @@ from typing import Any
 
 from collector.cli.args import positive_float
 from collector.diagnosis.findings import Report
+from collector.diagnosis.units import ms
 from collector.errors import StallwatchError
 
 EXIT_USAGE = 2
@@ -54,10 +55,6 @@ def _main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _ms(seconds: float | None) -> str:
-    return "n/a" if seconds is None else f"{seconds * 1000:.1f} ms"
-
-
 def render(report: Report) -> str:
     """The report as readable text."""
     run, s = report.run, report.summary
@@ -81,7 +78,7 @@ def render(report: Report) -> str:
     util_text = "n/a" if not util else f"mean {util['mean']:.0f}% p5 {util['p5']:.0f}% p95 {util['p95']:.0f}%"
     lines.append(
         f"  {s['batches_per_s']:.1f} batches/s (steady {s['steady_batches_per_s']:.1f}); wait p50 "
-        f"{_ms(s['wait_s']['p50'])} p95 {_ms(s['wait_s']['p95'])}; step p50 {_ms(s['step_s']['p50'])}; "
+        f"{ms(s['wait_s']['p50'])} p95 {ms(s['wait_s']['p95'])}; step p50 {ms(s['step_s']['p50'])}; "
         f"GPU util {util_text}"
     )
     if s.get("warmup_s") or s.get("epoch_start_lost_s"):

@@ -7,12 +7,9 @@ import numpy as np
 from collector.diagnosis.data import RunData
 from collector.diagnosis.findings import Severity, Symptom
 from collector.diagnosis.stats import Facts, steady_batches
+from collector.diagnosis.units import ms
 
 CHUNKS = 10  # "sustained" = the evidence holds in most tenths of the steady state
-
-
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1000:.1f} ms"
 
 
 def sustained_share(stall_s: np.ndarray, cycle_s: np.ndarray, threshold: float, chunks: int = CHUNKS) -> float:
@@ -51,7 +48,7 @@ def input_bound(
         evidence=(
             f"{fraction:.0%} of the time after warm-up went to waiting for data "
             f"({facts.input_wait_s:.1f} s of {facts.wall_s - facts.warmup_s:.1f} s); a steady batch waits "
-            f"{_ms(facts.wait_p50_s)} (p50, p95 {_ms(facts.wait_p95_s)}) for a {_ms(facts.step_p50_s)} step"
+            f"{ms(facts.wait_p50_s)} (p50, p95 {ms(facts.wait_p95_s)}) for a {ms(facts.step_p50_s)} step"
         ),
         confidence=round(min(1.0, share * min(1.0, facts.steady_batches / 100)), 2),
         metrics={"stall_fraction": round(fraction, 4), "lost_s": round(facts.input_wait_s, 3), "sustained": share},
@@ -88,7 +85,7 @@ def gpu_util_sawtooth(
         period = max(float(np.median(np.diff(gpu["ts"].to_numpy()))), nvml_window_s)
         if period * 2 <= facts.cycle_s:
             return _sawtooth_seen(data, facts, gpu, swing_pct, gap_pct, low_pct)
-        coarse = f"NVML sampled every {_ms(period)}, too coarse to show a sawtooth for a {_ms(facts.cycle_s)} cycle"
+        coarse = f"NVML sampled every {ms(period)}, too coarse to show a sawtooth for a {ms(facts.cycle_s)} cycle"
     elif facts.cuda:
         coarse = "no GPU utilisation was sampled"
     else:

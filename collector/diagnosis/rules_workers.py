@@ -10,12 +10,9 @@ from collector.diagnosis.data import RunData
 from collector.diagnosis.findings import Symptom
 from collector.diagnosis.model import LoaderModel
 from collector.diagnosis.stats import Facts, steady_batches
+from collector.diagnosis.units import ms
 
 MAX_PREFETCH = 16
-
-
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1000:.1f} ms"
 
 
 def cpu_share(model: LoaderModel) -> float:
@@ -42,8 +39,8 @@ def workers_exceed_cores(facts: Facts, model: LoaderModel | None, *, cpu_bound: 
         severity="high" if facts.num_workers >= 2 * facts.usable_cores else "medium",
         evidence=(
             f"{facts.num_workers} workers on {facts.usable_cores} usable cores, and fetching is CPU-bound "
-            f"({_ms(facts.load_cpu_s)} CPU per batch, {share:.0%} of the work): a fetch takes "
-            f"{_ms(facts.load_wall_s)}, {facts.load_wall_s / max(facts.load_cpu_s, 1e-9):.1f}x its CPU time, "
+            f"({ms(facts.load_cpu_s)} CPU per batch, {share:.0%} of the work): a fetch takes "
+            f"{ms(facts.load_wall_s)}, {facts.load_wall_s / max(facts.load_cpu_s, 1e-9):.1f}x its CPU time, "
             "because workers wait for a core"
         ),
         confidence=round(min(1.0, share + 0.2), 2),
@@ -75,8 +72,8 @@ def io_bound_fetch(
         id="io_bound_fetch",
         severity="medium" if facts.input_fraction >= 0.2 else "low",
         evidence=(
-            f"a batch takes {_ms(model.load_io_s + model.load_cpu_s)} to produce, of which "
-            f"{_ms(model.load_cpu_s)} is CPU ({how}): {share:.0%} is waiting on storage, so more workers "
+            f"a batch takes {ms(model.load_io_s + model.load_cpu_s)} to produce, of which "
+            f"{ms(model.load_cpu_s)} is CPU ({how}): {share:.0%} is waiting on storage, so more workers "
             f"than cores help, and so does caching the data locally{disk}"
         ),
         confidence=0.9 if facts.load_cpu_known else 0.6,
@@ -118,7 +115,7 @@ def worker_imbalance(
         slow = fetch.idxmax()
         ratio = float(fetch[slow] / max(float(fetch.drop(slow).median()), 1e-9))
         if ratio >= slow_ratio:
-            findings.append(f"worker {int(slow)} takes {_ms(fetch[slow])} per batch, {ratio:.1f}x the others")
+            findings.append(f"worker {int(slow)} takes {ms(fetch[slow])} per batch, {ratio:.1f}x the others")
             metrics["slow_ratio"] = ratio
     starved = facts.steady_stall_fraction >= min_stall
     waits = steady.groupby("worker_id")["stall_s"].mean()
@@ -126,7 +123,7 @@ def worker_imbalance(
     others = float(waits.drop(slow_w).median())
     if starved and waits[slow_w] >= wait_ratio * max(others, 1e-4):
         findings.append(
-            f"batches from worker {int(slow_w)} wait {_ms(waits[slow_w])} vs {_ms(others)} for the others, "
+            f"batches from worker {int(slow_w)} wait {ms(waits[slow_w])} vs {ms(others)} for the others, "
             f"repeating every {facts.num_workers} batches"
         )
         metrics["wait_ratio"] = float(waits[slow_w] / max(others, 1e-4))
@@ -184,8 +181,8 @@ def prefetch_too_shallow(
         evidence=(
             f"{facts.num_workers} workers produce {model.workers_limit(facts.num_workers):.0f} batches/s, more than "
             f"the loop's {model.loop_limit():.0f}/s, yet the loop stalls {facts.steady_stall_fraction:.0%} of the "
-            f"time in bursts (median wait {_ms(facts.wait_p50_s)}, p99 {_ms(facts.wait_p99_s)}; slowest fetches "
-            f"{_ms(tail)}): prefetch_factor={facts.prefetch_factor} queues too few batches"
+            f"time in bursts (median wait {ms(facts.wait_p50_s)}, p99 {ms(facts.wait_p99_s)}; slowest fetches "
+            f"{ms(tail)}): prefetch_factor={facts.prefetch_factor} queues too few batches"
         ),
         confidence=0.8,
         metrics={"tail_fetch_s": tail, "suggested_prefetch_factor": suggested},
@@ -205,6 +202,6 @@ def idle_workers_note(facts: Facts, model: LoaderModel | None, worker_bytes: flo
         saving = f", saving up to {(facts.num_workers - needed) * worker_bytes / 2**20:.0f} MiB of worker memory"
     return (
         f"Workers sit idle about {idle:.0%} of the time: {needed} of {facts.num_workers} would keep up "
-        f"(a batch takes {_ms(facts.load_wall_s or 0.0)} to produce, the loop takes one every "
-        f"{_ms(facts.cycle_s)}); num_workers={needed} would do{saving}"
+        f"(a batch takes {ms(facts.load_wall_s or 0.0)} to produce, the loop takes one every "
+        f"{ms(facts.cycle_s)}); num_workers={needed} would do{saving}"
     )

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from collector.diagnosis.findings import Suggestion, Symptom
 from collector.diagnosis.model import LoaderModel
 from collector.diagnosis.stats import Facts
+from collector.diagnosis.units import ms
 
 MIN_SPEEDUP = 1.10  # a change must buy at least 10% to be suggested
 REMEDIES = (
@@ -15,10 +16,6 @@ REMEDIES = (
     "caching decoded samples (in RAM, or pre-processed on disk)",
     "decoding or augmenting on the GPU (NVIDIA DALI, torchvision transforms on CUDA tensors)",
 )
-
-
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1000:.1f} ms"
 
 
 def rule_of_thumb(facts: Facts) -> int:
@@ -97,8 +94,8 @@ def suggest(
         best = model.best_workers()
         if model.limit(best) == "cpu":
             notes.append(
-                f"No DataLoader setting can help: producing a batch takes {_ms(model.load_cpu_s)} of CPU and, with "
-                f"the loop's own {_ms(model.step_cpu_s)}, the {model.free_cores:.1f} free cores cap the run at "
+                f"No DataLoader setting can help: producing a batch takes {ms(model.load_cpu_s)} of CPU and, with "
+                f"the loop's own {ms(model.step_cpu_s)}, the {model.free_cores:.1f} free cores cap the run at "
                 f"{model.cpu_limit():.0f} batches/s. What would: " + "; ".join(REMEDIES) + "."
             )
     return out, notes
@@ -128,22 +125,22 @@ def _num_workers(
     if speedup < min_speedup and not fewer:
         return None
     after = model.throughput(n)
-    loop = f"{_ms(model.step_s)} step + {_ms(model.handoff_s)} hand-off"
+    loop = f"{ms(model.step_s)} step + {ms(model.handoff_s)} hand-off"
     if model.measured_contention_s > 0:
-        loop += f" - {_ms(model.measured_contention_s)} of it spent waiting for a core now"
+        loop += f" - {ms(model.measured_contention_s)} of it spent waiting for a core now"
     loop += (
-        f" + {_ms(model.contention_at(after))} waiting for a core (loading keeps {model.busy_share(after):.0%} "
-        f"of the {model.free_cores:.1f} cores busy; {_ms(model.contention_s)} at 100%)"
+        f" + {ms(model.contention_at(after))} waiting for a core (loading keeps {model.busy_share(after):.0%} "
+        f"of the {model.free_cores:.1f} cores busy; {ms(model.contention_s)} at 100%)"
     )
     limits = {
         "loop": f"the training loop ({loop}) becomes the limit",
         "workers": f"{n} workers are the limit",
         "cpu": f"the {model.free_cores:.1f} free cores are the limit for CPU-bound loading",
     }
-    produce = _ms(model.load_io_s + model.load_cpu_s)
+    produce = ms(model.load_io_s + model.load_cpu_s)
     reason = (
-        f"measured: a batch takes {produce} to produce ({_ms(model.load_cpu_s)} CPU) and the loop steps in "
-        f"{_ms(model.step_s)}; {n} workers could produce {min(model.workers_limit(n), model.cpu_limit()):.0f} batches/s "
+        f"measured: a batch takes {produce} to produce ({ms(model.load_cpu_s)} CPU) and the loop steps in "
+        f"{ms(model.step_s)}; {n} workers could produce {min(model.workers_limit(n), model.cpu_limit()):.0f} batches/s "
         "on these cores, and "
         f"{limits[model.limit(n)]}: {current:.1f} -> {after:.1f} batches/s"
     )
