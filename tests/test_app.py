@@ -119,16 +119,33 @@ def test_downloads_give_every_batch_as_csv_and_parquet(recorded_db: str) -> None
 
 def test_text_report_names_the_verdict_and_the_change(recorded_db: str) -> None:
     from app.diagnosis import Report, diagnose, report_text
+    from collector.cli.report import render
 
     report = diagnose(recorded_db, 1)
     assert isinstance(report, Report)
     text = report_text(report)
     assert "input-bound" in text.lower() and "num_workers" in text
-    try:
-        from collector.cli.report import render
-    except ImportError:
-        return
     assert text == render(report)  # the same text as `python -m collector report`
+
+
+def test_a_failing_diagnosis_is_unavailable_and_the_charts_still_render(
+    app_for: AppFor, recorded_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import collector.diagnosis
+    from app.diagnosis import Unavailable, diagnose
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise KeyError("a column the diagnosis expected")
+
+    monkeypatch.setattr(collector.diagnosis, "diagnose", broken)
+    report = diagnose(recorded_db, 1)
+    assert isinstance(report, Unavailable) and "The diagnosis failed (KeyError" in report.message
+    st_cache_clear()
+    at = app_for(recorded_db)
+    assert_clean(at)
+    assert any("The diagnosis failed (KeyError" in w.value for w in at.warning)
+    assert len(chart_titles(at)) == 7
+    st_cache_clear()
 
 
 def test_run_without_gpu_data_shows_loop_busy_and_gpu_run_shows_utilisation(app_for: AppFor, gpu_db: str) -> None:
