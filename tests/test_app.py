@@ -27,8 +27,8 @@ from streamlit.testing.v1 import AppTest
 
 from app import state
 from app.charts.timeline import TITLE_GPU, TITLE_LOOP
+from app.components.findings import VERDICTS
 from app.settings import db_from_args, default_db
-from app.views.findings import VERDICTS
 
 AppFor = Callable[..., AppTest]
 VERDICT_TITLES = [title for title, _ in VERDICTS.values()]

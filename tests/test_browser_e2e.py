@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from app_fixtures import REPO, recorded_db  # noqa: F401
 
-from app.views.findings import VERDICTS
+from app.components.findings import VERDICTS
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [

@@ -7,7 +7,7 @@ import streamlit as st
 
 from app import state
 from app.charts import sweep as charts
-from app.views import welcome
+from app.components import welcome
 from collector.store import sweep_queries
 from collector.store.reader import Reader
 from collector.sweep.grid import Setting
