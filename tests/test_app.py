@@ -290,12 +290,12 @@ def test_runs_with_and_without_collector_warnings_open(app_for: AppFor, tmp_path
 def test_a_failing_page_shows_a_message_not_a_traceback(
     app_for: AppFor, recorded_db: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import app.run_data
+    import app.data
 
     def broken(*args: object, **kwargs: object) -> None:
         raise KeyError("a column the app expected")
 
-    monkeypatch.setattr(app.run_data, "load_run_view", broken)
+    monkeypatch.setattr(app.data, "load_run_view", broken)
     monkeypatch.setattr(state, "load_run_view", broken)
     st_cache_clear()
     at = app_for(recorded_db)

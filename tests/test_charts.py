@@ -10,7 +10,7 @@ from app_fixtures import gpu_db, recorded_db  # noqa: F401
 
 from app.charts import batches, build_run_figures, compare, host, timeline, workers
 from app.charts.common import envelope_xy
-from app.run_data import busy_curve, capacity, load_run_view
+from app.data import busy_curve, capacity, load_run_view
 from collector.store import series
 from collector.store.reader import Reader
 

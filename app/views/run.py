@@ -14,8 +14,8 @@ from app.charts.batches import duration
 from app.components import welcome
 from app.components.downloads import downloads
 from app.components.findings import findings, verdict_banner
+from app.data import RunViewData
 from app.guard import page_boundary
-from app.run_data import RunViewData
 from collector.errors import StallwatchError, UnknownRun
 from collector.store.reader import STALE_AFTER_S
 
