@@ -6,7 +6,8 @@ import argparse
 import os
 from collections.abc import Sequence
 
-DEFAULT_DB = "stallwatch.sqlite"
+from collector.record.session import DEFAULT_DB
+
 DEMO_DB = "stallwatch-demo.sqlite"
 ENV_DB = "STALLWATCH_DB"
 
