@@ -1,6 +1,5 @@
 """The dashboard run headless with AppTest against files recorded by the collector, and against bad files."""
 
-# ruff: noqa: F811  (pytest fixtures imported from app_fixtures are redefined as arguments)
 from __future__ import annotations
 
 import json
@@ -13,16 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from app_fixtures import (  # noqa: F401
-    app_for,
-    file_digest,
-    gpu_db,
-    live_db,
-    make_bad_file,
-    odd_runs_db,
-    recorded_db,
-    texts,
-)
+from helpers import file_digest, make_bad_file, texts
 from streamlit.testing.v1 import AppTest
 
 from app import state
