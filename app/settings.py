@@ -6,9 +6,9 @@ import argparse
 import os
 from collections.abc import Sequence
 
-DEFAULT_DB = "stallwatch.sqlite"
+from collector.store.schema import DEFAULT_DB, ENV_DB
+
 DEMO_DB = "stallwatch-demo.sqlite"
-ENV_DB = "STALLWATCH_DB"
 
 
 def db_from_args(argv: Sequence[str]) -> str | None:

@@ -10,11 +10,10 @@ import pandas as pd
 import streamlit as st
 
 from app import diagnosis
-from app.run_data import CompareData, RunViewData, load_compare, load_run_view
+from app.data import CompareData, RunViewData, encode_table, load_compare, load_run_view, load_runs_table
 from app.settings import default_db
 from collector.diagnosis.findings import Report
 from collector.errors import StallwatchError
-from collector.store import series
 from collector.store.reader import Reader
 
 DB_KEY = "sw_db"  # the file the user opened in the sidebar (overrides --db / STALLWATCH_DB)
@@ -69,27 +68,7 @@ def run_list(path: str) -> pd.DataFrame:
 @st.cache_data(ttl=2.0, show_spinner=False, max_entries=32)
 def runs_table(path: str) -> pd.DataFrame:
     """Every run with its totals: batches, batches/s, share of time waiting, mean GPU utilisation."""
-    reader = _reader(path, _identity(path))
-    runs = reader.runs()
-    if runs.empty:
-        return runs
-    totals = reader.run_totals().set_index("run_id")
-    runs["batches"] = [int(totals["batches"].get(i, 0)) for i in runs["id"]]
-    rates: list[float | None] = []
-    waits: list[float | None] = []
-    for run_id in runs["id"]:
-        row: Any = totals.loc[run_id] if run_id in totals.index else None
-        if row is None or row["batches"] < 2 or row["last_ts"] <= row["first_ts"]:
-            rates.append(None)
-        else:
-            rates.append((row["batches"] - 1) / (row["last_ts"] - row["first_ts"]))
-        busy = None if row is None else (row["wait_s"] or 0.0) + (row["step_s"] or 0.0)
-        waits.append(None if not busy else row["wait_s"] / busy)
-    runs["batches_per_s"] = rates
-    runs["wait_fraction"] = waits
-    gpu = series.run_gpu_means(reader, [int(i) for i in runs["id"]])
-    runs["gpu_util_pct"] = [gpu.get(int(i)) for i in runs["id"]]
-    return runs
+    return load_runs_table(_reader(path, _identity(path)))
 
 
 @st.cache_data(ttl=LIVE_TTL_S, show_spinner=False, max_entries=8)
@@ -134,7 +113,4 @@ def compare_data(path: str, run_ids: tuple[int, ...]) -> CompareData:
 
 def table_bytes(path: str, run_id: int, table: str, fmt: str) -> bytes:
     """One of a run's tables as CSV or Parquet bytes (built when the user clicks download)."""
-    df = series.table_rows(_reader(path, _identity(path)), table, run_id)
-    if fmt == "parquet":
-        return df.to_parquet(index=False)
-    return df.to_csv(index=False).encode()
+    return encode_table(_reader(path, _identity(path)), run_id, table, fmt)

@@ -13,7 +13,8 @@ if REPO_ROOT not in sys.path:
 
 import streamlit as st  # noqa: E402
 
-from app import sidebar, state  # noqa: E402
+from app import state  # noqa: E402
+from app.components import sidebar  # noqa: E402
 from app.guard import page_boundary  # noqa: E402
 
 st.set_page_config(page_title="stallwatch", page_icon=":material/hourglass_top:", layout="wide")

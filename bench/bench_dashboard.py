@@ -150,8 +150,8 @@ def timed(label: str, fn: Callable[[], Any], results: dict[str, float]) -> Any:
 def bench(path: str, *, app: bool = True) -> dict[str, float]:
     """Time what the run view does when it opens the newest run of ``path`` (cold: no Streamlit caches)."""
     from app.charts import build_run_figures
+    from app.data import load_run_view
     from app.diagnosis import diagnose
-    from app.run_data import load_run_view
     from collector.store.reader import Reader
 
     results: dict[str, float] = {}

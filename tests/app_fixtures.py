@@ -1,24 +1,19 @@
-"""Fixtures for the dashboard tests: files recorded by the collector itself, bad files, and an AppTest factory."""
+"""Fixtures of the dashboard tests, registered by conftest.py: files the collector recorded, an AppTest factory."""
 
 from __future__ import annotations
 
-import hashlib
 import os
-import sqlite3
 import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from helpers import REPO
 from streamlit.testing.v1 import AppTest
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from collector.cli.demo import run_demo  # noqa: E402
-from collector.store.connection import Store  # noqa: E402
+from collector.cli.demo import run_demo
+from collector.store.connection import Store
 
 APP = str(REPO / "app" / "streamlit_app.py")
 RECORD_BATCHES = 60
@@ -119,51 +114,6 @@ def live_db(tmp_path: Path) -> Iterator[str]:
     store.close()
 
 
-def file_digest(path: str) -> str:
-    with open(path, "rb") as handle:
-        return hashlib.sha256(handle.read()).hexdigest()
-
-
-def make_bad_file(kind: str, directory: Path, recorded: str) -> str:
-    """A file the dashboard must refuse politely: missing, empty, text, foreign, newer, corrupt."""
-    path = str(directory / f"{kind}.sqlite")
-    if kind == "missing":
-        return path
-    if kind == "empty":
-        Path(path).touch()
-    elif kind == "not-sqlite":
-        Path(path).write_text("epoch,loss\n0,2.3\n")
-    elif kind == "foreign":
-        conn = sqlite3.connect(path)
-        conn.execute("CREATE TABLE photos (id INTEGER PRIMARY KEY, caption TEXT)")
-        conn.commit()
-        conn.close()
-    elif kind == "newer-schema":
-        _copy(recorded, path)
-        conn = sqlite3.connect(path)
-        conn.execute("PRAGMA journal_mode = DELETE")
-        conn.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
-        conn.commit()
-        conn.close()
-    elif kind == "corrupt":
-        _copy(recorded, path)
-        with open(path, "r+b") as handle:  # keep the header, scribble over the b-tree pages
-            handle.seek(4096)
-            handle.write(os.urandom(os.path.getsize(path) - 4096))
-    else:
-        raise ValueError(kind)
-    return path
-
-
-def _copy(source: str, target: str) -> None:
-    conn = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
-    out = sqlite3.connect(target)
-    conn.backup(out)
-    out.execute("PRAGMA journal_mode = DELETE")
-    out.close()
-    conn.close()
-
-
 @pytest.fixture
 def app_for(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., AppTest]]:
     """``app_for(db, page=None, run_id=None)``: the dashboard run headless against ``db``.
@@ -185,12 +135,3 @@ def app_for(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., AppTest]]
 
     yield run
     sys.modules["__main__"] = main
-
-
-def texts(at: AppTest) -> str:
-    """Every piece of text on the page, for assertions."""
-    parts: list[str] = []
-    for kind in ("title", "header", "subheader", "markdown", "caption", "error", "warning", "info", "success", "code"):
-        parts += [str(e.value) for e in getattr(at, kind)]
-    parts += [f"{m.label} {m.value}" for m in at.metric]
-    return "\n".join(parts)

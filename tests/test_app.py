@@ -1,6 +1,5 @@
 """The dashboard run headless with AppTest against files recorded by the collector, and against bad files."""
 
-# ruff: noqa: F811  (pytest fixtures imported from app_fixtures are redefined as arguments)
 from __future__ import annotations
 
 import json
@@ -13,22 +12,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from app_fixtures import (  # noqa: F401
-    app_for,
-    file_digest,
-    gpu_db,
-    live_db,
-    make_bad_file,
-    odd_runs_db,
-    recorded_db,
-    texts,
-)
+from helpers import file_digest, make_bad_file, texts
 from streamlit.testing.v1 import AppTest
 
 from app import state
 from app.charts.timeline import TITLE_GPU, TITLE_LOOP
+from app.components.findings import VERDICTS
 from app.settings import db_from_args, default_db
-from app.views.findings import VERDICTS
 
 AppFor = Callable[..., AppTest]
 VERDICT_TITLES = [title for title, _ in VERDICTS.values()]
@@ -98,13 +88,12 @@ def test_compare_view_shows_config_difference_throughput_and_overlays(app_for: A
     assert len(at.get("plotly_chart")) == 3
 
 
-def test_sweeps_page_renders_the_sweep_view_or_says_none_recorded(app_for: AppFor, recorded_db: str) -> None:
+def test_sweeps_page_shows_the_sweep_view_of_the_file_open(app_for: AppFor, recorded_db: str) -> None:
     at = app_for(recorded_db, "routes/sweeps.py")
     assert_clean(at)
-    try:
-        import app.views.sweeps  # noqa: F401
-    except ImportError:
-        assert "No sweeps recorded." in [i.value for i in at.info]
+    assert [t.value for t in at.title] == ["Sweeps"]
+    (info,) = [i.value for i in at.info]
+    assert info.startswith("No sweeps recorded in this file.") and "python -m collector sweep" in info
 
 
 def test_downloads_give_every_batch_as_csv_and_parquet(recorded_db: str) -> None:
@@ -118,17 +107,35 @@ def test_downloads_give_every_batch_as_csv_and_parquet(recorded_db: str) -> None
 
 
 def test_text_report_names_the_verdict_and_the_change(recorded_db: str) -> None:
-    from app.diagnosis import Report, diagnose, report_text
+    from app.components import downloads
+    from app.diagnosis import Report, diagnose
+    from collector.cli.report import render
 
     report = diagnose(recorded_db, 1)
     assert isinstance(report, Report)
-    text = report_text(report)
+    text = downloads.report_text(report)
     assert "input-bound" in text.lower() and "num_workers" in text
-    try:
-        from collector.cli.report import render
-    except ImportError:
-        return
-    assert text == render(report)  # the same text as `python -m collector report`
+    assert downloads.report_text is render  # the download is `python -m collector report`'s text
+
+
+def test_a_failing_diagnosis_is_unavailable_and_the_charts_still_render(
+    app_for: AppFor, recorded_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import collector.diagnosis
+    from app.diagnosis import Unavailable, diagnose
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise KeyError("a column the diagnosis expected")
+
+    monkeypatch.setattr(collector.diagnosis, "diagnose", broken)
+    report = diagnose(recorded_db, 1)
+    assert isinstance(report, Unavailable) and "The diagnosis failed (KeyError" in report.message
+    st_cache_clear()
+    at = app_for(recorded_db)
+    assert_clean(at)
+    assert any("The diagnosis failed (KeyError" in w.value for w in at.warning)
+    assert len(chart_titles(at)) == 7
+    st_cache_clear()
 
 
 def test_run_without_gpu_data_shows_loop_busy_and_gpu_run_shows_utilisation(app_for: AppFor, gpu_db: str) -> None:
@@ -274,12 +281,12 @@ def test_runs_with_and_without_collector_warnings_open(app_for: AppFor, tmp_path
 def test_a_failing_page_shows_a_message_not_a_traceback(
     app_for: AppFor, recorded_db: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import app.run_data
+    import app.data
 
     def broken(*args: object, **kwargs: object) -> None:
         raise KeyError("a column the app expected")
 
-    monkeypatch.setattr(app.run_data, "load_run_view", broken)
+    monkeypatch.setattr(app.data, "load_run_view", broken)
     monkeypatch.setattr(state, "load_run_view", broken)
     st_cache_clear()
     at = app_for(recorded_db)

@@ -1,6 +1,5 @@
 """End to end: ``streamlit run app`` against a recorded run, opened in headless Chromium through Playwright."""
 
-# ruff: noqa: F811  (pytest fixtures imported from app_fixtures are redefined as arguments)
 from __future__ import annotations
 
 import os
@@ -14,9 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from app_fixtures import REPO, recorded_db  # noqa: F401
+from helpers import REPO
 
-from app.views.findings import VERDICTS
+from app.components.findings import VERDICTS
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [

@@ -1,16 +1,14 @@
 """Chart builders are pure functions from DataFrames to plotly figures; the series behind them are reduced in SQL."""
 
-# ruff: noqa: F811  (pytest fixtures imported from app_fixtures are redefined as arguments)
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 import pytest
-from app_fixtures import gpu_db, recorded_db  # noqa: F401
 
 from app.charts import batches, build_run_figures, compare, host, timeline, workers
 from app.charts.common import envelope_xy
-from app.run_data import busy_curve, capacity, load_run_view
+from app.data import busy_curve, capacity, load_run_view
 from collector.store import series
 from collector.store.reader import Reader
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import psutil
 import pytest
 import torch
-from conftest import collector_messages, query, wait_until
 from fixture_datasets import SlowDataset
+from helpers import collector_messages, query, wait_until
 from torch.utils.data import DataLoader
 
 import collector

@@ -7,7 +7,7 @@ import time
 from array import array
 
 import pytest
-from conftest import query
+from helpers import query
 
 import collector
 from collector.record import hotloop

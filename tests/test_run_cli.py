@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import query
+from helpers import query
 from torch.utils.data import DataLoader
 
 import collector

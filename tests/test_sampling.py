@@ -11,8 +11,9 @@ from types import SimpleNamespace
 
 import psutil
 import pytest
-from conftest import FakeNvml, collector_messages, query
+from fake_nvml import FakeNvml
 from fixture_datasets import SlowDataset
+from helpers import collector_messages, query
 from torch.utils.data import DataLoader
 
 import collector
@@ -162,7 +163,7 @@ def test_missing_nvml_in_the_writer_process_is_one_warning(db_path, collector_wa
     except Exception:
         pass  # no driver, no library: what this test is about
     else:
-        pytest.skip("this machine has a working NVML")
+        pytest.skip("this machine has a working NVML: the test needs one without a driver or library")
     with collector.watch(range(3), db=db_path, host_hz=0) as watched:
         list(watched)
     messages = collector_messages(collector_warnings)

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import query
+from helpers import query
 
 from collector.store.reader import Reader
 from collector.sweep.grid import Grid, Setting

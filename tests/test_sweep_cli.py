@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import query
+from helpers import query
 
 import collector
 from collector.cli import main

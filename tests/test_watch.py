@@ -7,8 +7,8 @@ import warnings
 
 import pytest
 import torch
-from conftest import query
 from fixture_datasets import FailingDataset, SlowDataset
+from helpers import query
 from torch.utils.data import DataLoader, DistributedSampler
 
 import collector

@@ -7,13 +7,13 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
-    from app.run_data import RunViewData
+    from app.data import RunViewData
 
 
 def build_run_figures(data: RunViewData) -> dict[str, go.Figure]:
     """Every figure of the run view, by name."""
     from app.charts import batches, host, timeline, workers
-    from app.run_data import busy_curve
+    from app.data import busy_curve
 
     origin = data.origin
     env = data.batches.assign(t=data.batches["t"] - origin)

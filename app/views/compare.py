@@ -7,7 +7,7 @@ import streamlit as st
 
 from app import state
 from app.charts import compare as charts
-from app.views import welcome
+from app.components import welcome
 from collector.errors import StallwatchError
 
 PLOT_CONFIG = {"displaylogo": False}

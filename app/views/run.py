@@ -11,11 +11,11 @@ import streamlit as st
 from app import state
 from app.charts import build_run_figures
 from app.charts.batches import duration
+from app.components import welcome
+from app.components.downloads import downloads
+from app.components.findings import findings, verdict_banner
+from app.data import RunViewData
 from app.guard import page_boundary
-from app.run_data import RunViewData
-from app.views import welcome
-from app.views.downloads import downloads
-from app.views.findings import findings, verdict_banner
 from collector.errors import StallwatchError, UnknownRun
 from collector.store.reader import STALE_AFTER_S
 

@@ -8,8 +8,8 @@ import pandas as pd
 import streamlit as st
 
 from app import state
+from app.components import welcome
 from app.diagnosis import Unavailable
-from app.views import welcome
 
 VERDICT_RUNS = 25  # diagnose at most this many of the newest runs for the table
 CONFIG_COLUMNS = ("num_workers", "batch_size", "pin_memory", "prefetch_factor", "persistent_workers")

@@ -5,13 +5,21 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from app import state
 from app.charts import sweep as charts
+from app.components import welcome
 from collector.store import sweep_queries
 from collector.store.reader import Reader
 from collector.sweep.grid import Setting
 
 PLOT_CONFIG = {"displaylogo": False}
 PICK_KEY = "sw_sweep_pick"
+
+
+def page() -> None:
+    reader = welcome.reader_or_welcome(state.db_path())
+    if reader is not None:
+        render(reader)
 
 
 def render(reader: Reader) -> None:

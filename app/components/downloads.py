@@ -8,8 +8,9 @@ from functools import partial
 import streamlit as st
 
 from app import state
-from app.diagnosis import Unavailable, report_text
+from app.diagnosis import Unavailable
 from collector.diagnosis.findings import Report
+from collector.diagnosis.text import render as report_text
 from collector.store.series import TABLES
 
 

@@ -1,4 +1,4 @@
-"""Everything one run view draws, loaded through ``collector.store.series`` (reduced in SQL), free of Streamlit."""
+"""What the views draw, read through ``collector.store`` (reduced in SQL) and free of Streamlit; app.state caches it."""
 
 from __future__ import annotations
 
@@ -230,3 +230,35 @@ def busy_curve(data: RunViewData) -> pd.DataFrame:
         out["source"] = "loop"
     out["t"] = out["t"] - data.origin
     return out
+
+
+def load_runs_table(reader: Reader) -> pd.DataFrame:
+    """Every run with its totals: batches, batches/s, share of time waiting, mean GPU utilisation."""
+    runs = reader.runs()
+    if runs.empty:
+        return runs
+    totals = reader.run_totals().set_index("run_id")
+    runs["batches"] = [int(totals["batches"].get(i, 0)) for i in runs["id"]]
+    rates: list[float | None] = []
+    waits: list[float | None] = []
+    for run_id in runs["id"]:
+        row: Any = totals.loc[run_id] if run_id in totals.index else None
+        if row is None or row["batches"] < 2 or row["last_ts"] <= row["first_ts"]:
+            rates.append(None)
+        else:
+            rates.append((row["batches"] - 1) / (row["last_ts"] - row["first_ts"]))
+        busy = None if row is None else (row["wait_s"] or 0.0) + (row["step_s"] or 0.0)
+        waits.append(None if not busy else row["wait_s"] / busy)
+    runs["batches_per_s"] = rates
+    runs["wait_fraction"] = waits
+    gpu = series.run_gpu_means(reader, [int(i) for i in runs["id"]])
+    runs["gpu_util_pct"] = [gpu.get(int(i)) for i in runs["id"]]
+    return runs
+
+
+def encode_table(reader: Reader, run_id: int, table: str, fmt: str) -> bytes:
+    """One of a run's tables as CSV or Parquet bytes."""
+    df = series.table_rows(reader, table, run_id)
+    if fmt == "parquet":
+        return df.to_parquet(index=False)
+    return df.to_csv(index=False).encode()

@@ -7,11 +7,12 @@ import os
 import streamlit as st
 
 from app import state
+from app.components import welcome
 from collector.store.reader import Reader
 
 
 def render() -> None:
-    demo = st.session_state.get("sw_demo")
+    demo = st.session_state.get(welcome.DEMO_KEY)
     if demo is not None and demo.get("process") is not None:
         demo["process"].poll()  # reap the demo once it has finished (no zombie)
     state.take_run_from_url()

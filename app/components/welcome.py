@@ -7,14 +7,14 @@ import os
 import streamlit as st
 
 from app import demo_launcher, state
-from app.settings import demo_db_for
+from app.settings import DEFAULT_DB, demo_db_for
 from collector.store.reader import Reader
 
 DEMO_KEY = "sw_demo"  # (pid, db, log) of the demo this session started
-RECORD_SNIPPET = """import collector
+RECORD_SNIPPET = f"""import collector
 
 loader = DataLoader(dataset, batch_size=64, num_workers=4)
-# records every batch's wait into stallwatch.sqlite
+# records every batch's wait into {DEFAULT_DB}
 for images, labels in collector.watch(loader):
     ...  # your training step, unchanged"""
 
