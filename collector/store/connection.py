@@ -18,11 +18,7 @@ BUSY_TIMEOUT_MS = 5_000
 
 Row = Sequence[Any]
 
-INSERTS = {
-    "gpu_samples": "INSERT INTO gpu_samples VALUES (?,?,?,?,?,?,?)",
-    "host_samples": "INSERT INTO host_samples VALUES (?,?,?,?,?,?)",
-    "proc_samples": "INSERT INTO proc_samples VALUES (?,?,?,?,?,?,?,?,?)",
-}
+SAMPLE_TABLES = ("gpu_samples", "host_samples", "proc_samples")  # rows are (run_id, *the sample's fields)
 
 
 def batch_insert_sql(run_id: int, wall0_s: float, perf0_ns: int, extra: Sequence[str] = ()) -> str:
@@ -135,6 +131,12 @@ class Store:
                 )
         if check_meta(self.conn, self.path) < SCHEMA_VERSION:
             self._migrate()
+        # one placeholder a column, read off the file: a sample field added to
+        # collector/sample/ needs only its column in schema.py
+        self._inserts = {
+            table: f"INSERT INTO {table} VALUES ({','.join('?' * len(self.conn.execute(f'PRAGMA table_info({table})').fetchall()))})"
+            for table in SAMPLE_TABLES
+        }
 
     def _migrate(self) -> None:
         """Bring an older file up to this schema (NOTE [ Schema versions ]); another writer may have done it."""
@@ -217,7 +219,7 @@ class Store:
             for sql, sql_rows in statements:
                 conn.executemany(sql, sql_rows)
             for table, table_rows in rows.items():
-                conn.executemany(INSERTS[table], table_rows)
+                conn.executemany(self._inserts[table], table_rows)
             conn.executemany(
                 "INSERT INTO epochs VALUES (?,?,?,?,?,?,?) ON CONFLICT (run_id, epoch) DO UPDATE SET"
                 " ended_at=excluded.ended_at, first_batch_s=excluded.first_batch_s,"

@@ -1,0 +1,143 @@
+"""What the collector costs a real training program: whole process and inside its loops, plain against watched.
+
+usage: python bench/bench_real_loop.py [--pairs 10] [--epochs 5] [--hog] [--sides plain,run,watch]
+
+The program is bench/train_images.py: JPEGs decoded with PIL by 2
+non-persistent workers, a small CNN on torch's default threads, a train and
+a val loader, short epochs. Each round runs every side once as its own
+process, in an order rotated every round (so no side always goes first):
+``plain`` (python train_images.py), ``run`` (python -m collector run
+train_images.py) and ``watch`` (both loaders in collector.watch). Reported,
+each as the median and range over rounds of the per-round ratio or
+difference against plain:
+
+- whole process: spawn to exit, the end-of-run verdict included;
+- in the loop: the program's own time inside its epoch loops;
+- where the extra time goes: start-up (spawn to the first iter()), iter()
+  per epoch (worker start-up), blocked in next() per batch, the end of the
+  run (the loops' end to exit), and the CPU of the whole process tree
+  (training process, workers, the collector's thread and writer process).
+
+``--hog`` runs the rounds beside a CPU hog (one busy process per core, started here and stopped at the end).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from pipelines import make_jpegs  # noqa: E402
+
+SCRIPT = str(HERE / "train_images.py")
+HOG = "import os\nos.nice(0)\nwhile True: pass"
+
+
+def run_side(side: str, data: str, epochs: int, workdir: str, extra: list[str]) -> dict[str, float]:
+    """One process of one side: its wall time, its tree's CPU seconds and the program's own meters."""
+    args = [data, "--epochs", str(epochs), *extra]
+    db = os.path.join(workdir, f"{side}-{time.monotonic_ns()}.sqlite")
+    if side == "plain":
+        cmd = [sys.executable, SCRIPT, *args]
+    elif side == "run":
+        cmd = [sys.executable, "-m", "collector", "run", "--db", db, SCRIPT, *args]
+    else:
+        cmd = [sys.executable, SCRIPT, *args, "--watch", db]
+    t_spawn = time.time()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    out = proc.stdout.read() if proc.stdout else ""
+    _, status, usage = os.wait4(proc.pid, 0)
+    t_exit = time.time()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{side} exited {proc.returncode}: {' '.join(cmd)}")
+    meters = json.loads(next(line for line in out.splitlines() if line.startswith("{")))
+    return {
+        "wall_s": t_exit - t_spawn,
+        "cpu_s": usage.ru_utime + usage.ru_stime,
+        "loop_s": meters["loop_s"],
+        "iter_s": meters["iter_s"],
+        "wait_s": meters["wait_s"],
+        "startup_s": meters["t_loops"] - t_spawn,
+        "end_s": t_exit - meters["t_loops_end"],
+        "loss": meters["loss"],
+    }
+
+
+def summarise(rounds: list[dict[str, dict[str, float]]], side: str, epochs: int, batches: int) -> list[str]:
+    def ratios(key: str) -> list[float]:
+        return [r[side][key] / r["plain"][key] for r in rounds]
+
+    def diffs(key: str, per: float = 1.0) -> list[float]:
+        return [(r[side][key] - r["plain"][key]) / per for r in rounds]
+
+    def line(label: str, values: list[float], unit: str = "", scale: float = 1.0) -> str:
+        v = sorted(x * scale for x in values)
+        above = sum(x > (1.0 if unit == "" else 0.0) for x in v)
+        fmt = "{:.3f}" if unit == "" else "{:+.1f}"
+        return (
+            f"  {label:<34} median {fmt.format(statistics.median(v))}{unit} "
+            f"(range {fmt.format(v[0])}{unit} to {fmt.format(v[-1])}{unit}; {above} of {len(v)} above {'1' if unit == '' else '0'})"
+        )
+
+    same_loss = all(r[side]["loss"] == r["plain"]["loss"] for r in rounds)
+    return [
+        f"{side} / plain over {len(rounds)} rounds (identical final loss: {same_loss}):",
+        line("whole process", ratios("wall_s")),
+        line("inside the loops", ratios("loop_s")),
+        line("whole process, extra", diffs("wall_s"), " ms", 1e3),
+        line("start-up (spawn to first iter)", diffs("startup_s"), " ms", 1e3),
+        line("iter() per epoch (2 loaders)", diffs("iter_s", epochs), " ms", 1e3),
+        line("blocked in next() per batch", diffs("wait_s", batches), " ms", 1e3),
+        line("end of run (loops' end to exit)", diffs("end_s"), " ms", 1e3),
+        line("CPU of the process tree", diffs("cpu_s"), " ms", 1e3),
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pairs", type=int, default=10, help="rounds (each runs every side once)")
+    parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--images", type=int, default=320)
+    parser.add_argument("--hog", action="store_true", help="beside a CPU hog, one busy process per core")
+    parser.add_argument("--sides", default="plain,run,watch")
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args()
+    sides = args.sides.split(",")
+    if sides[0] != "plain":
+        raise SystemExit("the first side must be plain: every ratio is against it")
+    data = str(make_jpegs(Path(tempfile.gettempdir()) / "stallwatch-bench-jpegs", args.images))
+    extra = ["--workers", str(args.workers)]
+    batches = args.epochs * (-(-(args.images - args.images // 5) // 32) + -(-(args.images // 5) // 32))
+    hogs = [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(os.cpu_count() or 1)] if args.hog else []
+    print(
+        f"{len(sides)} sides, {args.pairs} rounds, {args.epochs} epochs of {args.images} JPEGs, "
+        f"{args.workers} workers, {'beside a CPU hog' if hogs else 'idle machine'}",
+        flush=True,
+    )
+    rounds = []
+    try:
+        with tempfile.TemporaryDirectory() as workdir:
+            run_side("plain", data, 1, workdir, extra)  # warm the page cache and torch's import
+            for i in range(args.pairs):
+                order = sides[i % len(sides) :] + sides[: i % len(sides)]
+                rounds.append({side: run_side(side, data, args.epochs, workdir, extra) for side in order})
+                print(f"round {i + 1}: " + ", ".join(f"{s} {rounds[-1][s]['wall_s']:.2f} s" for s in sides), flush=True)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    for side in sides[1:]:
+        print("\n".join(summarise(rounds, side, args.epochs, batches)))
+
+
+if __name__ == "__main__":
+    main()
