@@ -54,7 +54,7 @@ def test_a_failing_script_keeps_its_traceback_and_exit_code_1_and_its_runs_are_m
     assert "Traceback (most recent call last):" in done.stderr
     assert "ValueError: loss is NaN" in done.stderr
     assert 'two_loaders.py", line' in done.stderr
-    assert "run_cli.py" not in done.stderr and "runpy" not in done.stderr  # only the script's frames
+    assert "collector/cli/run.py" not in done.stderr and "runpy" not in done.stderr  # only the script's frames
     statuses = query(str(tmp_path / "run.sqlite"), "SELECT status, error FROM runs ORDER BY id")
     assert statuses == [("crashed", "ValueError: loss is NaN")] * 2
 
