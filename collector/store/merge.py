@@ -57,10 +57,15 @@ class Merged:
 
 
 def merge_files(out: str, inputs: list[str], progress: Callable[[Merged], None] | None = None) -> list[Merged]:
-    """Merge each input into ``out`` (created when missing), one transaction per input."""
+    """Merge each input into ``out`` (created when missing), one transaction per input.
+
+    Every input is checked first, so a bad one (missing, foreign, corrupt,
+    newer schema, the output itself) stops the merge before anything is written.
+    """
     for path in inputs:
         if os.path.exists(out) and os.path.exists(path) and os.path.samefile(out, path):
             raise NotAStallwatchFile(f"{path} is the output file itself; name a new OUT")
+        Reader(path)  # a stallwatch file this version reads, or a one-line error saying what it is
     Store(out).close()  # creates, or checks and migrates, the output
     conn = sqlite3.connect(_uri(out), uri=True, isolation_level=None, timeout=5.0)  # uri: ATTACH ...?mode=ro
     try:
@@ -89,7 +94,6 @@ def _attach(conn: sqlite3.Connection, path: str) -> None:
 
 
 def _merge_one(conn: sqlite3.Connection, path: str) -> Merged:
-    Reader(path)  # a stallwatch file this version reads, or a one-line error saying what it is
     _attach(conn, path)
     try:
         conn.execute("BEGIN IMMEDIATE")
