@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 from collector.store.connection import Store
 
@@ -134,3 +137,13 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def prometheus_tool(name: str) -> str:
+    """The path of Debian's ``prometheus`` or ``promtool``; skipped without it, failed under STALLWATCH_REQUIRE_PROMETHEUS=1."""
+    path = shutil.which(name)
+    if path is not None:
+        return path
+    if os.environ.get("STALLWATCH_REQUIRE_PROMETHEUS") == "1":
+        pytest.fail(f"{name} is missing and STALLWATCH_REQUIRE_PROMETHEUS=1: apt-get install prometheus")
+    pytest.skip(f"{name} is missing (apt-get install prometheus; STALLWATCH_REQUIRE_PROMETHEUS=1 makes this a failure)")

@@ -4,21 +4,18 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
 import yaml
 
 from collector.export.metrics import served_names
+from tests.export_fixtures import prometheus_tool
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "deploy" / "prometheus" / "stallwatch-rules.yml"
 CONFIG = ROOT / "deploy" / "prometheus" / "prometheus.yml"
 DASHBOARD = ROOT / "deploy" / "grafana" / "stallwatch-dashboard.json"
-PROMTOOL = shutil.which("promtool")
-needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (apt-get install prometheus)")
 
 KEYWORDS = {"and", "or", "unless", "bool", "offset", "inf", "nan"}
 GROUPING = re.compile(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
@@ -107,10 +104,10 @@ def test_the_dashboard_is_a_well_formed_grafana_dashboard():
         assert wanted in titles
 
 
-@needs_promtool
 def test_promtool_accepts_the_shipped_rules_and_config():
+    promtool = prometheus_tool("promtool")
     for args in (["check", "rules", str(RULES)], ["check", "config", str(CONFIG)]):
-        out = subprocess.run([PROMTOOL, *args], capture_output=True, text=True, timeout=60)
+        out = subprocess.run([promtool, *args], capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stdout + out.stderr
 
 
@@ -189,11 +186,11 @@ RULE_TESTS = {
 }
 
 
-@needs_promtool
 def test_the_alerts_fire_on_a_starved_rank_a_straggler_and_dropped_records_and_not_otherwise(tmp_path):
     """promtool's rule unit tests: 35% stall fires after 5 minutes, 15% never; a rank waiting 50% where the
     others wait 10% is the straggler; dropped records fire while the counter grows, and stop."""
+    promtool = prometheus_tool("promtool")
     tests = tmp_path / "rules_test.yml"
     tests.write_text(yaml.safe_dump({"rule_files": [str(RULES)], **RULE_TESTS}, sort_keys=False))
-    out = subprocess.run([PROMTOOL, "test", "rules", str(tests)], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([promtool, "test", "rules", str(tests)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr

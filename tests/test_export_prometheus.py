@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import urllib.parse
@@ -17,14 +16,10 @@ import pytest
 import yaml
 
 from tests.conftest import wait_until
-from tests.export_fixtures import bad_file, free_port
+from tests.export_fixtures import bad_file, free_port, prometheus_tool
 from tests.test_export_deploy import DASHBOARD, RULES, dashboard_exprs, rule_exprs
 
-PROMETHEUS = shutil.which("prometheus")
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(PROMETHEUS is None, reason="prometheus not installed (apt-get install prometheus)"),
-]
+pytestmark = pytest.mark.slow
 FOR_S = 3  # the test's rules: the shipped expressions with `for: 3s` instead of 5m
 DEMO_S = 40.0  # long enough to outlive the test; stopped at its end
 
@@ -45,6 +40,7 @@ def ok(url: str) -> bool:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """Two demo recordings (starved, healthy) in one file, an exporter on it and a junk file, a Prometheus."""
+    prometheus = prometheus_tool("prometheus")
     tmp = tmp_path_factory.mktemp("prometheus")
     db = str(tmp / "node.sqlite")
     junk = bad_file("not-sqlite", tmp)
@@ -77,7 +73,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
         api = free_port()
         start(
-            PROMETHEUS,
+            prometheus,
             f"--config.file={tmp / 'prometheus.yml'}",
             f"--storage.tsdb.path={tmp / 'tsdb'}",
             f"--web.listen-address=127.0.0.1:{api}",

@@ -18,6 +18,7 @@ from collector.export.server import ExporterServer
 from collector.export.sources import Exporter
 from collector.export.tail import WAIT_BUCKETS_S
 from collector.store.connection import Store
+from tests.conftest import query
 from tests.export_fixtures import T0, bad_file, free_port, start_run
 
 
@@ -53,6 +54,28 @@ def test_counters_equal_the_file_and_grow_with_it_without_recounting(db_path):
     assert second.batches == 110 and second.wait_s == pytest.approx(8.06 + 0.3)
     assert second.wait_le[WAIT_BUCKETS_S.index(0.025)] == 60 and second.wait_le[WAIT_BUCKETS_S.index(0.05)] == 70
     assert only(exp.refresh()).batches == 110  # nothing new: nothing counted twice
+
+
+@pytest.mark.parametrize("window_s", [0.5, 60.0])
+def test_counters_are_the_same_whether_batches_are_counted_in_sql_or_from_the_rows_read(db_path, window_s):
+    """A short window makes first sight and long gaps count the older batches in SQL; a long one reads every row."""
+    store = Store(db_path)
+    run = start_run(store, workers=2).add([0.001, 0.004, 0.03, 0.2] * 25)
+    exp, _ = exporter(db_path, now=run.ts, window_s=window_s)
+    for more in ([0.002] * 10, [0.05, 0.6] * 40, [0.0001] * 3):
+        snap = only(exp.refresh())
+        ((n, wait, step, fetches, wall, le_5ms),) = query(
+            db_path,
+            "SELECT COUNT(*), SUM(wait_s), SUM(step_s), COUNT(f.wall_s), SUM(f.wall_s), SUM(wait_s <= 0.005)"
+            " FROM batches b LEFT JOIN worker_fetches f USING (run_id, worker_pid, worker_incarnation, worker_seq)",
+        )
+        assert (snap.batches, snap.fetches, snap.wait_le[WAIT_BUCKETS_S.index(0.005)]) == (n, fetches, le_5ms)
+        assert (snap.wait_s, snap.step_s, snap.fetch_wall_s) == pytest.approx((wait, step, wall))
+        assert snap.stall.batches == len(
+            [t for (t,) in query(db_path, "SELECT ts FROM batches") if t >= run.ts - window_s]
+        )
+        run.add(more)
+        exp.clock.now = run.ts  # type: ignore[attr-defined]
 
 
 def test_worker_production_splits_each_fetch_into_cpu_and_the_rest(db_path):

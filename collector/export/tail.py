@@ -16,7 +16,9 @@ from collector.store import export_queries as q
 # hand-off (well under a millisecond) to a worker start-up (seconds).
 WAIT_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
-_COLUMNS = ("epoch", "idx", "ts", "wait_s", "ready", "in_flight")
+_COLUMNS = ("epoch", "idx", "ts", "wait_s", "ready", "in_flight")  # the window's columns, as Window's fields
+_WINDOW = [q.ROW_COLUMNS.index(c) for c in _COLUMNS]
+_TS = _COLUMNS.index("ts")
 
 
 @dataclass(frozen=True)
@@ -105,36 +107,59 @@ class RunTail:
     fetches: int = 0
     fetch_wall_s: float = 0.0
     fetch_cpu_s: float = 0.0
-    window: dict[str, np.ndarray] = field(default_factory=lambda: {c: np.empty(0) for c in _COLUMNS})
+    window: np.ndarray = field(default_factory=lambda: np.empty((0, len(_COLUMNS))))  # columns: _COLUMNS
 
     def advance(self, conn: sqlite3.Connection) -> None:
-        """Count the batches written since the last call and slide the window to the newest one."""
+        """Count the batches written since the last call and slide the window to the newest one.
+
+        Batches that are already outside the window when first seen (a long
+        run found at start-up) are counted in SQL; the rest are read once, as
+        rows, for both the counters and the window.
+        """
         newest = q.newest_batch(conn, self.run_id)
         if newest is None or (self.cursor is not None and newest[0] <= self.cursor):
             return
         upto, upto_ts = newest
         if self.first is None:
             self.first = q.first_batch(conn, self.run_id)
-        sums = q.batch_sums(conn, self.run_id, self.cursor, upto, WAIT_BUCKETS_S)
+        since = upto_ts - self.window_s
+        start = self.cursor
+        if self.cursor is None or (self.last_ts is not None and self.last_ts < since):
+            edge = q.key_before(conn, self.run_id, since)  # walks back over the window only
+            if edge is not None and (self.cursor is None or edge > self.cursor):
+                self._count(q.batch_sums(conn, self.run_id, self.cursor, edge, WAIT_BUCKETS_S))
+                start = edge
+        rows = q.batch_rows(conn, self.run_id, start, upto)
+        self._count_rows(rows)
+        fetches = q.fetch_sums(conn, self.run_id, self.cursor, upto)
+        self.fetches += fetches.fetches
+        self.fetch_wall_s += fetches.wall_s
+        self.fetch_cpu_s += fetches.cpu_s
+        keep = self.window[:, _TS] >= since
+        self.window = np.concatenate([self.window[keep], rows[:, _WINDOW]])
+        self.cursor, self.last_ts = upto, upto_ts
+
+    def _count(self, sums: q.BatchSums) -> None:
         self.batches += sums.batches
         self.wait_s += sums.wait_s
         self.step_s += sums.step_s
         self.wait_le = [a + b for a, b in zip(self.wait_le, sums.wait_le, strict=True)]
-        self.fetches += sums.fetches
-        self.fetch_wall_s += sums.fetch_wall_s
-        self.fetch_cpu_s += sums.fetch_cpu_s
-        since = upto_ts - self.window_s
-        edge = q.key_before(conn, self.run_id, since)
-        start = self.cursor if edge is None or (self.cursor is not None and self.cursor > edge) else edge
-        rows = q.batch_rows(conn, self.run_id, start, upto)
-        keep = self.window["ts"] >= since
-        for column in _COLUMNS:
-            new = np.array([np.nan if v is None else v for v in getattr(rows, column)], dtype=np.float64)
-            self.window[column] = np.concatenate([self.window[column][keep], new])
-        self.cursor, self.last_ts = upto, upto_ts
+
+    def _count_rows(self, rows: np.ndarray) -> None:
+        """The same sums as ``batch_sums``, over rows already read."""
+        wait, step = (rows[:, q.ROW_COLUMNS.index(c)] for c in ("wait_s", "step_s"))
+        le = (wait[:, None] <= np.asarray(WAIT_BUCKETS_S)[None, :]).sum(axis=0)
+        self._count(
+            q.BatchSums(
+                batches=len(rows),
+                wait_s=float(wait.sum()),
+                step_s=float(np.nansum(step)),
+                wait_le=tuple(int(v) for v in le),
+            )
+        )
 
     def stall(self, conn: sqlite3.Connection, num_workers: int) -> WindowStall:
-        w = Window(**{c: self.window[c] for c in _COLUMNS})
+        w = Window(**{c: self.window[:, i] for i, c in enumerate(_COLUMNS)})
         if len(w) == 0:
             return window_stall(w, num_workers=num_workers, run_start=False, epoch_starts={})
         head = (int(w.epoch[0]), int(w.idx[0]))

@@ -11,6 +11,8 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from collector.store.schema import RUN_DEFAULTS
 
 Key = tuple[int, int]  # (epoch, idx): the batches primary key within a run
@@ -39,8 +41,8 @@ RUN_COLUMNS = (
 # Batches are written in that order (the monitor drains them in order), and a
 # batch's worker fetch is drained and committed no later than the batch itself
 # (the worker writes its timing before it queues the batch, and the monitor
-# drains records before fetch timings), so joining the new batches to their
-# fetches once, at the cursor, counts every fetch exactly once. The newest
+# drains records before fetch timings), so counting the fetches of the new
+# batches once, at the cursor, counts every fetch exactly once. The newest
 # key is read first and every aggregate stops at it, so two queries that run
 # while the writer commits still agree on what they counted.
 
@@ -52,20 +54,14 @@ class BatchSums(NamedTuple):
     wait_s: float
     step_s: float
     wait_le: tuple[int, ...]  # cumulative: batches with wait_s <= each bucket bound
-    fetches: int  # batches joined to a worker fetch
-    fetch_wall_s: float
-    fetch_cpu_s: float
 
 
-class WindowRows(NamedTuple):
-    """New batches as columns (NULL as NaN via the caller), in (epoch, idx) order."""
+class FetchSums(NamedTuple):
+    """The worker fetches of those batches: how many, their wall and CPU seconds."""
 
-    epoch: list[int]
-    idx: list[int]
-    ts: list[float]
-    wait_s: list[float]
-    ready: list[int | None]
-    in_flight: list[int | None]
+    fetches: int
+    wall_s: float
+    cpu_s: float
 
 
 def columns_of(conn: sqlite3.Connection, table: str) -> set[str]:
@@ -110,32 +106,55 @@ def _range(run_id: int, after: Key | None, upto: Key) -> tuple[str, list[Any]]:
     return where, params
 
 
-FETCH_JOIN = (
-    "LEFT JOIN worker_fetches f ON f.run_id = b.run_id AND f.worker_pid = b.worker_pid"
-    " AND f.worker_incarnation = b.worker_incarnation AND f.worker_seq = b.worker_seq"
-)
-
-
 def batch_sums(
     conn: sqlite3.Connection, run_id: int, after: Key | None, upto: Key, bounds: Sequence[float]
 ) -> BatchSums:
-    """Aggregates over batches in (after, upto], each joined to its worker fetch (NOTE [ Export cursor ])."""
+    """Counts, wait and step sums, and the wait histogram of the batches in (after, upto]."""
     where, params = _range(run_id, after, upto)
-    buckets = "".join(f", TOTAL(b.wait_s <= {float(le)!r})" for le in bounds)
-    row = conn.execute(
-        f"SELECT COUNT(*), TOTAL(b.wait_s), TOTAL(b.step_s), COUNT(f.wall_s), TOTAL(f.wall_s), TOTAL(f.cpu_s)"
-        f"{buckets} FROM batches b {FETCH_JOIN} WHERE {where}",
+    bucket = " ".join(f"WHEN b.wait_s <= {float(le)!r} THEN {i}" for i, le in enumerate(bounds))
+    rows = conn.execute(
+        f"SELECT CASE {bucket} ELSE {len(bounds)} END AS bucket, COUNT(*), TOTAL(b.wait_s), TOTAL(b.step_s)"
+        f" FROM batches b WHERE {where} GROUP BY bucket",
         params,
-    ).fetchone()
+    ).fetchall()
+    per_bucket = [0] * (len(bounds) + 1)
+    for i, n, _, _ in rows:
+        per_bucket[int(i)] = int(n)
+    cumulative, total = [], 0
+    for n in per_bucket[:-1]:
+        total += n
+        cumulative.append(total)
     return BatchSums(
-        batches=int(row[0]),
-        wait_s=float(row[1]),
-        step_s=float(row[2]),
-        fetches=int(row[3]),
-        fetch_wall_s=float(row[4]),
-        fetch_cpu_s=float(row[5]),
-        wait_le=tuple(int(v) for v in row[6:]),
+        batches=sum(per_bucket),
+        wait_s=float(sum(r[2] for r in rows)),
+        step_s=float(sum(r[3] for r in rows)),
+        wait_le=tuple(cumulative),
     )
+
+
+def fetch_sums(conn: sqlite3.Connection, run_id: int, after: Key | None, upto: Key) -> FetchSums:
+    """The worker fetches of the batches in (after, upto] (NOTE [ Export cursor ]).
+
+    A worker's k-th fetch in one incarnation is the k-th batch consumed from
+    it (NOTE [ Worker timing ]), so the fetches of a range of batches are, per
+    (worker pid, incarnation), one range of sequence numbers: summed along the
+    worker_fetches key instead of joined batch by batch.
+    """
+    where, params = _range(run_id, after, upto)
+    groups = conn.execute(
+        "SELECT b.worker_pid, b.worker_incarnation, MIN(b.worker_seq), MAX(b.worker_seq) FROM batches b"
+        f" WHERE {where} AND b.worker_seq IS NOT NULL GROUP BY b.worker_pid, b.worker_incarnation",
+        params,
+    ).fetchall()
+    n, wall, cpu = 0, 0.0, 0.0
+    for pid, incarnation, lo, hi in groups:
+        row = conn.execute(
+            "SELECT COUNT(*), TOTAL(wall_s), TOTAL(cpu_s) FROM worker_fetches WHERE run_id = ? AND worker_pid = ?"
+            " AND worker_incarnation = ? AND worker_seq BETWEEN ? AND ?",
+            (run_id, pid, incarnation, lo, hi),
+        ).fetchone()
+        n, wall, cpu = n + int(row[0]), wall + float(row[1]), cpu + float(row[2])
+    return FetchSums(n, wall, cpu)
 
 
 def key_before(conn: sqlite3.Connection, run_id: int, ts: float) -> Key | None:
@@ -147,17 +166,21 @@ def key_before(conn: sqlite3.Connection, run_id: int, ts: float) -> Key | None:
     return None if row is None else (int(row[0]), int(row[1]))
 
 
-def batch_rows(conn: sqlite3.Connection, run_id: int, after: Key | None, upto: Key) -> WindowRows:
-    """The batches in (after, upto], in key order, as columns."""
+ROW_COLUMNS = ("epoch", "idx", "ts", "wait_s", "step_s", "ready", "in_flight")
+_NULL = -1.0  # no stored value is negative (see NOTE [ Lean batch columns ] in diagnosis_queries.py)
+
+
+def batch_rows(conn: sqlite3.Connection, run_id: int, after: Key | None, upto: Key) -> np.ndarray:
+    """The batches in (after, upto], in key order, as a float64 array of ``ROW_COLUMNS``; NaN where NULL."""
     where, params = _range(run_id, after, upto)
     rows = conn.execute(
-        f"SELECT b.epoch, b.idx, b.ts, b.wait_s, b.ready, b.in_flight FROM batches b WHERE {where}"
-        " ORDER BY b.epoch, b.idx",
+        "SELECT b.epoch, b.idx, b.ts, b.wait_s, IFNULL(b.step_s, -1.0), IFNULL(b.ready, -1), IFNULL(b.in_flight, -1)"
+        f" FROM batches b WHERE {where} ORDER BY b.epoch, b.idx",
         params,
     ).fetchall()
-    if not rows:
-        return WindowRows([], [], [], [], [], [])
-    return WindowRows(*(list(column) for column in zip(*rows, strict=True)))
+    values = np.array(rows, dtype=np.float64).reshape(-1, len(ROW_COLUMNS))
+    values[:, 4:][values[:, 4:] == _NULL] = np.nan
+    return values
 
 
 def epoch_starts(conn: sqlite3.Connection, run_id: int, from_epoch: int) -> dict[int, tuple[float, float | None]]:
