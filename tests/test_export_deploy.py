@@ -144,7 +144,7 @@ RULE_TESTS = {
                     {
                         "exp_labels": {"severity": "warning", **STARVED},
                         "exp_annotations": {
-                            "summary": "starved (rank 0 on a) is stalled on data",
+                            "summary": "starved (rank 0) on a is stalled on data",
                             "description": "The training loop of run starved, job j, rank 0 on a spent 35% of the last "
                             "minute waiting for its DataLoader (input-bound from 20%). `stallwatch report --live` on "
                             "that host names the cause and the settings to change.",

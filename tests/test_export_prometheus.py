@@ -140,8 +140,9 @@ def test_data_loader_starved_fires_for_the_starved_demo_and_never_for_the_health
     assert labels["run"] == "demo-starved" and labels["severity"] == "warning"
     ever = query(base, 'max_over_time(ALERTS{alertname="DataLoaderStarved", run="demo-healthy"}[5m])')
     assert ever == [], ever  # neither pending nor firing at any evaluation
-    healthy = query(base, 'stallwatch_verdict{run="demo-healthy", stallwatch_verdict="not-input-bound"}')
-    assert healthy[0]["value"][1] == "1"
+    healthy = query(base, 'stallwatch_verdict{run="demo-healthy", stallwatch_verdict="input-bound"}')
+    assert healthy[0]["value"][1] == "0"  # not input-bound (on a loaded 2-core machine it may read "partly")
+    assert float(query(base, 'stallwatch_data_stall_ratio{run="demo-healthy"}')[0]["value"][1]) < 0.2
 
 
 def test_every_dashboard_and_rule_query_runs_in_prometheus_and_the_main_panels_have_data(stack):
