@@ -11,7 +11,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED = {"errors"}  # collector/errors.py: every stage may raise a public error
 # stage -> the stages it may import (besides itself and SHARED)
 ALLOWED = {
-    "cli": {"sweep", "record", "writer", "sample", "store", "diagnosis", "findings", "__init__"},
+    "cli": {"sweep", "record", "writer", "sample", "store", "diagnosis", "export", "findings", "__init__"},
+    "export": {"store", "diagnosis"},
     "sweep": {"record", "store", "diagnosis"},
     "record": {"writer", "sample", "store", "__init__"},
     "writer": {"sample", "store"},

@@ -16,6 +16,8 @@ SUBCOMMANDS = {
     "report": "collector.cli.report",
     "sweep": "collector.cli.sweep",
     "run": "collector.cli.run",
+    "exporter": "collector.cli.exporter",
+    "merge": "collector.cli.merge",
 }
 
 

@@ -1,0 +1,191 @@
+"""One run followed incrementally: counters advanced from a cursor and a sliding window, one refresh per scrape."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from collector.export.stall import Window, WindowStall, window_stall
+from collector.store import export_queries as q
+
+# Bucket bounds of the wait histogram, in seconds: from a ready batch's
+# hand-off (well under a millisecond) to a worker start-up (seconds).
+WAIT_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+_COLUMNS = ("epoch", "idx", "ts", "wait_s", "ready", "in_flight")  # the window's columns, as Window's fields
+_WINDOW = [q.ROW_COLUMNS.index(c) for c in _COLUMNS]
+_TS = _COLUMNS.index("ts")
+
+
+@dataclass(frozen=True)
+class RunLabels:
+    """The labels every per-run series carries; "" where the file has no value (job_id before it is filled)."""
+
+    run: str
+    job_id: str
+    rank: str
+    host: str
+
+    def values(self) -> list[str]:
+        return [self.run, self.job_id, self.rank, self.host]
+
+
+LABEL_NAMES = ["run", "job_id", "rank", "host"]
+
+
+@dataclass(frozen=True)
+class RunSnapshot:
+    """Everything one scrape exports about one run. Seconds, counts; ``gpu_util_pct`` in percent."""
+
+    labels: RunLabels
+    state: str  # running | completed | crashed | interrupted | stopped
+    info: dict[str, str]
+    started_at: float
+    last_batch_at: float | None
+    batches: int
+    wait_s: float
+    step_s: float
+    wait_le: tuple[int, ...]  # cumulative counts per WAIT_BUCKETS_S bound
+    fetches: int
+    fetch_wall_s: float
+    fetch_cpu_s: float
+    stall: WindowStall
+    gpu_util_pct: dict[int, float]
+    dropped_records: int
+    dropped_samples: int
+
+
+def labels_of(row: dict[str, Any]) -> RunLabels:
+    def text(value: Any) -> str:
+        return "" if value is None else str(value)
+
+    return RunLabels(text(row["name"]), text(row["job_id"]), text(row["rank"]), text(row["hostname"]))
+
+
+def info_of(row: dict[str, Any]) -> dict[str, str]:
+    """The run's configuration as info labels (``stallwatch_run_info``)."""
+    config = _json(row.get("config"))
+    versions = _json(row.get("versions"))
+    keys = ("num_workers", "batch_size", "prefetch_factor", "pin_memory", "persistent_workers")
+    info = {key: "" if config.get(key) is None else str(config.get(key)) for key in keys}
+    info["world_size"] = "" if row.get("world_size") is None else str(row["world_size"])
+    info["stage"] = row.get("stage") or ""
+    info["version"] = str(versions.get("stallwatch") or "")
+    return info
+
+
+def _json(value: Any) -> dict[str, Any]:
+    if not isinstance(value, str) or not value:
+        return {}
+    try:
+        decoded = json.loads(value)
+    except ValueError:
+        return {}
+    return decoded if isinstance(decoded, dict) else {}
+
+
+@dataclass
+class RunTail:
+    """Counters since the run's first batch, advanced from a cursor; the last ``window_s`` seconds of batches.
+
+    See NOTE [ Export cursor ] in collector/store/export_queries.py.
+    """
+
+    run_id: int
+    window_s: float
+    cursor: q.Key | None = None
+    first: q.Key | None = None
+    last_ts: float | None = None
+    batches: int = 0
+    wait_s: float = 0.0
+    step_s: float = 0.0
+    wait_le: list[int] = field(default_factory=lambda: [0] * len(WAIT_BUCKETS_S))
+    fetches: int = 0
+    fetch_wall_s: float = 0.0
+    fetch_cpu_s: float = 0.0
+    window: np.ndarray = field(default_factory=lambda: np.empty((0, len(_COLUMNS))))  # columns: _COLUMNS
+
+    def advance(self, conn: sqlite3.Connection) -> None:
+        """Count the batches written since the last call and slide the window to the newest one.
+
+        Batches that are already outside the window when first seen (a long
+        run found at start-up) are counted in SQL; the rest are read once, as
+        rows, for both the counters and the window.
+        """
+        newest = q.newest_batch(conn, self.run_id)
+        if newest is None or (self.cursor is not None and newest[0] <= self.cursor):
+            return
+        upto, upto_ts = newest
+        if self.first is None:
+            self.first = q.first_batch(conn, self.run_id)
+        since = upto_ts - self.window_s
+        start = self.cursor
+        if self.cursor is None or (self.last_ts is not None and self.last_ts < since):
+            edge = q.key_before(conn, self.run_id, since)  # walks back over the window only
+            if edge is not None and (self.cursor is None or edge > self.cursor):
+                self._count(q.batch_sums(conn, self.run_id, self.cursor, edge, WAIT_BUCKETS_S))
+                start = edge
+        rows = q.batch_rows(conn, self.run_id, start, upto)
+        self._count_rows(rows)
+        fetches = q.fetch_sums(conn, self.run_id, self.cursor, upto)
+        self.fetches += fetches.fetches
+        self.fetch_wall_s += fetches.wall_s
+        self.fetch_cpu_s += fetches.cpu_s
+        keep = self.window[:, _TS] >= since
+        self.window = np.concatenate([self.window[keep], rows[:, _WINDOW]])
+        self.cursor, self.last_ts = upto, upto_ts
+
+    def _count(self, sums: q.BatchSums) -> None:
+        self.batches += sums.batches
+        self.wait_s += sums.wait_s
+        self.step_s += sums.step_s
+        self.wait_le = [a + b for a, b in zip(self.wait_le, sums.wait_le, strict=True)]
+
+    def _count_rows(self, rows: np.ndarray) -> None:
+        """The same sums as ``batch_sums``, over rows already read."""
+        wait, step = (rows[:, q.ROW_COLUMNS.index(c)] for c in ("wait_s", "step_s"))
+        le = (wait[:, None] <= np.asarray(WAIT_BUCKETS_S)[None, :]).sum(axis=0)
+        self._count(
+            q.BatchSums(
+                batches=len(rows),
+                wait_s=float(wait.sum()),
+                step_s=float(np.nansum(step)),
+                wait_le=tuple(int(v) for v in le),
+            )
+        )
+
+    def stall(self, conn: sqlite3.Connection, num_workers: int) -> WindowStall:
+        w = Window(**{c: self.window[:, i] for i, c in enumerate(_COLUMNS)})
+        if len(w) == 0:
+            return window_stall(w, num_workers=num_workers, run_start=False, epoch_starts={})
+        head = (int(w.epoch[0]), int(w.idx[0]))
+        run_start = self.first is not None and head == self.first and self.first[1] == 0
+        starts = q.epoch_starts(conn, self.run_id, head[0])
+        return window_stall(w, num_workers=num_workers, run_start=run_start, epoch_starts=starts)
+
+    def snapshot(self, conn: sqlite3.Connection, row: dict[str, Any], state: str, now: float) -> RunSnapshot:
+        info = info_of(row)
+        workers = int(info["num_workers"]) if info["num_workers"].isdigit() else 0
+        since = (self.last_ts if self.last_ts is not None else now) - self.window_s
+        return RunSnapshot(
+            labels=labels_of(row),
+            state=state,
+            info=info,
+            started_at=float(row["started_at"]),
+            last_batch_at=self.last_ts,
+            batches=self.batches,
+            wait_s=self.wait_s,
+            step_s=self.step_s,
+            wait_le=tuple(self.wait_le),
+            fetches=self.fetches,
+            fetch_wall_s=self.fetch_wall_s,
+            fetch_cpu_s=self.fetch_cpu_s,
+            stall=self.stall(conn, workers),
+            gpu_util_pct=q.gpu_utilisation(conn, self.run_id, since),
+            dropped_records=int(row.get("dropped_records") or 0),
+            dropped_samples=int(row.get("dropped_samples") or 0),
+        )

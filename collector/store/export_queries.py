@@ -1,0 +1,200 @@
+"""The queries the exporter makes on every scrape: runs worth exporting, new batches since a cursor, recent samples.
+
+Every query walks a primary key or the (run_id, ts) sample indexes from a
+known point, so a scrape costs the batches written since the last one, not
+the size of the run. See NOTE [ Export cursor ].
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from collector.store.schema import RUN_DEFAULTS
+
+Key = tuple[int, int]  # (epoch, idx): the batches primary key within a run
+
+RUN_COLUMNS = (
+    "id",
+    "name",
+    "status",
+    "started_at",
+    "ended_at",
+    "heartbeat_at",
+    "hostname",
+    "pid",
+    "rank",
+    "world_size",
+    "job_id",
+    "stage",
+    "config",
+    "versions",
+    "dropped_records",
+    "dropped_samples",
+)
+
+# NOTE [ Export cursor ]
+# The exporter keeps, per run, the (epoch, idx) of the last batch it counted.
+# Batches are written in that order (the monitor drains them in order), and a
+# batch's worker fetch is drained and committed no later than the batch itself
+# (the worker writes its timing before it queues the batch, and the monitor
+# drains records before fetch timings), so counting the fetches of the new
+# batches once, at the cursor, counts every fetch exactly once. The newest
+# key is read first and every aggregate stops at it, so two queries that run
+# while the writer commits still agree on what they counted.
+
+
+class BatchSums(NamedTuple):
+    """Counts and sums over the batches after one key, up to and including another."""
+
+    batches: int
+    wait_s: float
+    step_s: float
+    wait_le: tuple[int, ...]  # cumulative: batches with wait_s <= each bucket bound
+
+
+class FetchSums(NamedTuple):
+    """The worker fetches of those batches: how many, their wall and CPU seconds."""
+
+    fetches: int
+    wall_s: float
+    cpu_s: float
+
+
+def columns_of(conn: sqlite3.Connection, table: str) -> set[str]:
+    return {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+
+
+def exported_runs(conn: sqlite3.Connection, ended_after: float) -> list[dict[str, Any]]:
+    """Runs still marked running, and runs that ended (or last beat) at or after ``ended_after``."""
+    present = columns_of(conn, "runs")
+    select = ", ".join(c if c in present else f"{_literal(RUN_DEFAULTS.get(c))} AS {c}" for c in RUN_COLUMNS)
+    cur = conn.execute(
+        f"SELECT {select} FROM runs WHERE status = 'running' OR ended_at >= ? OR heartbeat_at >= ? ORDER BY id",
+        (ended_after, ended_after),
+    )
+    return [dict(zip(RUN_COLUMNS, row, strict=True)) for row in cur.fetchall()]
+
+
+def _literal(value: object) -> str:
+    return "NULL" if value is None else repr(value)
+
+
+def newest_batch(conn: sqlite3.Connection, run_id: int) -> tuple[Key, float] | None:
+    """The run's last batch: its key and when it was handed out."""
+    row = conn.execute(
+        "SELECT epoch, idx, ts FROM batches WHERE run_id = ? ORDER BY epoch DESC, idx DESC LIMIT 1", (run_id,)
+    ).fetchone()
+    return None if row is None else ((int(row[0]), int(row[1])), float(row[2]))
+
+
+def first_batch(conn: sqlite3.Connection, run_id: int) -> Key | None:
+    row = conn.execute(
+        "SELECT epoch, idx FROM batches WHERE run_id = ? ORDER BY epoch, idx LIMIT 1", (run_id,)
+    ).fetchone()
+    return None if row is None else (int(row[0]), int(row[1]))
+
+
+def _range(run_id: int, after: Key | None, upto: Key) -> tuple[str, list[Any]]:
+    where, params = "b.run_id = ? AND (b.epoch, b.idx) <= (?, ?)", [run_id, upto[0], upto[1]]
+    if after is not None:
+        where += " AND (b.epoch, b.idx) > (?, ?)"
+        params += [after[0], after[1]]
+    return where, params
+
+
+def batch_sums(
+    conn: sqlite3.Connection, run_id: int, after: Key | None, upto: Key, bounds: Sequence[float]
+) -> BatchSums:
+    """Counts, wait and step sums, and the wait histogram of the batches in (after, upto]."""
+    where, params = _range(run_id, after, upto)
+    bucket = " ".join(f"WHEN b.wait_s <= {float(le)!r} THEN {i}" for i, le in enumerate(bounds))
+    rows = conn.execute(
+        f"SELECT CASE {bucket} ELSE {len(bounds)} END AS bucket, COUNT(*), TOTAL(b.wait_s), TOTAL(b.step_s)"
+        f" FROM batches b WHERE {where} GROUP BY bucket",
+        params,
+    ).fetchall()
+    per_bucket = [0] * (len(bounds) + 1)
+    for i, n, _, _ in rows:
+        per_bucket[int(i)] = int(n)
+    cumulative, total = [], 0
+    for n in per_bucket[:-1]:
+        total += n
+        cumulative.append(total)
+    return BatchSums(
+        batches=sum(per_bucket),
+        wait_s=float(sum(r[2] for r in rows)),
+        step_s=float(sum(r[3] for r in rows)),
+        wait_le=tuple(cumulative),
+    )
+
+
+def fetch_sums(conn: sqlite3.Connection, run_id: int, after: Key | None, upto: Key) -> FetchSums:
+    """The worker fetches of the batches in (after, upto] (NOTE [ Export cursor ]).
+
+    A worker's k-th fetch in one incarnation is the k-th batch consumed from
+    it (NOTE [ Worker timing ]), so the fetches of a range of batches are, per
+    (worker pid, incarnation), one range of sequence numbers: summed along the
+    worker_fetches key instead of joined batch by batch.
+    """
+    where, params = _range(run_id, after, upto)
+    groups = conn.execute(
+        "SELECT b.worker_pid, b.worker_incarnation, MIN(b.worker_seq), MAX(b.worker_seq) FROM batches b"
+        f" WHERE {where} AND b.worker_seq IS NOT NULL GROUP BY b.worker_pid, b.worker_incarnation",
+        params,
+    ).fetchall()
+    n, wall, cpu = 0, 0.0, 0.0
+    for pid, incarnation, lo, hi in groups:
+        row = conn.execute(
+            "SELECT COUNT(*), TOTAL(wall_s), TOTAL(cpu_s) FROM worker_fetches WHERE run_id = ? AND worker_pid = ?"
+            " AND worker_incarnation = ? AND worker_seq BETWEEN ? AND ?",
+            (run_id, pid, incarnation, lo, hi),
+        ).fetchone()
+        n, wall, cpu = n + int(row[0]), wall + float(row[1]), cpu + float(row[2])
+    return FetchSums(n, wall, cpu)
+
+
+def key_before(conn: sqlite3.Connection, run_id: int, ts: float) -> Key | None:
+    """The newest batch handed out before ``ts`` (walks back from the end: costs the window, not the run)."""
+    row = conn.execute(
+        "SELECT epoch, idx FROM batches WHERE run_id = ? AND ts < ? ORDER BY epoch DESC, idx DESC LIMIT 1",
+        (run_id, ts),
+    ).fetchone()
+    return None if row is None else (int(row[0]), int(row[1]))
+
+
+ROW_COLUMNS = ("epoch", "idx", "ts", "wait_s", "step_s", "ready", "in_flight")
+_NULL = -1.0  # no stored value is negative (see NOTE [ Lean batch columns ] in diagnosis_queries.py)
+
+
+def batch_rows(conn: sqlite3.Connection, run_id: int, after: Key | None, upto: Key) -> np.ndarray:
+    """The batches in (after, upto], in key order, as a float64 array of ``ROW_COLUMNS``; NaN where NULL."""
+    where, params = _range(run_id, after, upto)
+    rows = conn.execute(
+        "SELECT b.epoch, b.idx, b.ts, b.wait_s, IFNULL(b.step_s, -1.0), IFNULL(b.ready, -1), IFNULL(b.in_flight, -1)"
+        f" FROM batches b WHERE {where} ORDER BY b.epoch, b.idx",
+        params,
+    ).fetchall()
+    values = np.array(rows, dtype=np.float64).reshape(-1, len(ROW_COLUMNS))
+    values[:, 4:][values[:, 4:] == _NULL] = np.nan
+    return values
+
+
+def epoch_starts(conn: sqlite3.Connection, run_id: int, from_epoch: int) -> dict[int, tuple[float, float | None]]:
+    """epoch -> (started_at, first_batch_s) for the run's epochs from ``from_epoch`` on."""
+    rows = conn.execute(
+        "SELECT epoch, started_at, first_batch_s FROM epochs WHERE run_id = ? AND epoch >= ?", (run_id, from_epoch)
+    ).fetchall()
+    return {int(e): (float(s), None if f is None else float(f)) for e, s, f in rows}
+
+
+def gpu_utilisation(conn: sqlite3.Connection, run_id: int, since_ts: float) -> dict[int, float]:
+    """GPU index -> mean utilisation in percent over the samples since ``since_ts`` (GPUs never sampled: absent)."""
+    rows = conn.execute(
+        "SELECT gpu, AVG(util_pct) FROM gpu_samples WHERE run_id = ? AND ts >= ? AND util_pct IS NOT NULL GROUP BY gpu",
+        (run_id, since_ts),
+    ).fetchall()
+    return {int(g): float(u) for g, u in rows}
