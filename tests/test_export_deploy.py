@@ -8,9 +8,9 @@ import subprocess
 from pathlib import Path
 
 import yaml
+from export_fixtures import prometheus_tool
 
 from collector.export.metrics import served_names
-from tests.export_fixtures import prometheus_tool
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "deploy" / "prometheus" / "stallwatch-rules.yml"

@@ -14,10 +14,9 @@ from typing import Any
 
 import pytest
 import yaml
-
-from tests.conftest import wait_until
-from tests.export_fixtures import bad_file, free_port, prometheus_tool
-from tests.test_export_deploy import DASHBOARD, RULES, dashboard_exprs, rule_exprs
+from export_fixtures import bad_file, free_port, prometheus_tool
+from helpers import wait_until
+from test_export_deploy import DASHBOARD, RULES, dashboard_exprs, rule_exprs
 
 pytestmark = pytest.mark.slow
 FOR_S = 3  # the test's rules: the shipped expressions with `for: 3s` instead of 5m

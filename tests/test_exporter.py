@@ -9,6 +9,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from export_fixtures import T0, bad_file, free_port, start_run
+from helpers import query
 from prometheus_client.parser import text_string_to_metric_families
 
 import collector
@@ -18,8 +20,6 @@ from collector.export.server import ExporterServer
 from collector.export.sources import Exporter
 from collector.export.tail import WAIT_BUCKETS_S
 from collector.store.connection import Store
-from tests.conftest import query
-from tests.export_fixtures import T0, bad_file, free_port, start_run
 
 
 class Clock:

@@ -7,14 +7,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from export_fixtures import T0, bad_file, start_run
+from helpers import query
+from test_schema import make_version_1_file
 
 import collector
 from collector.cli import main
 from collector.store.connection import Store
 from collector.store.merge import merge_files
-from tests.conftest import query
-from tests.export_fixtures import T0, bad_file, start_run
-from tests.test_schema import make_version_1_file
 
 TABLES = ("runs", "epochs", "batches", "worker_fetches", "gpu_samples", "host_samples", "proc_samples")
 
