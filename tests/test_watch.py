@@ -67,7 +67,7 @@ def test_plain_iterable_is_recorded_with_null_queue_and_worker_fields(db_path):
     assert run["status"] == "completed" and run["config"]["loader"] == "list"
 
 
-def test_dataset_exception_reaches_the_loop_unchanged_and_marks_the_run_crashed(db_path):
+def test_a_dataset_exception_the_script_recovers_from_is_counted_and_the_run_completes(db_path):
     watched = quiet(DataLoader(FailingDataset(10, bad_index=3), batch_size=1), db_path)
     seen = []
     with pytest.raises(ValueError, match="corrupt sample 3"):
@@ -76,8 +76,20 @@ def test_dataset_exception_reaches_the_loop_unchanged_and_marks_the_run_crashed(
     watched.close()
     assert seen == [0, 1, 2]
     run = Reader(db_path).run(watched.run_id)
-    assert run["status"] == "crashed"
-    assert "ValueError: corrupt sample 3" in run["error"]
+    assert run["status"] == "completed" and run["error"] is None and run["exit_code"] is None
+    assert run["error_count"] == 1
+    assert run["first_error"] == run["last_error"] == "ValueError: corrupt sample 3"
+
+
+def test_a_dataset_exception_that_ends_the_with_block_marks_the_run_crashed(db_path):
+    with pytest.raises(ValueError, match="corrupt sample 3"), quiet(
+        DataLoader(FailingDataset(10, bad_index=3), batch_size=1), db_path
+    ) as watched:
+        for _ in watched:
+            pass
+    run = Reader(db_path).run(watched.run_id)
+    assert run["status"] == "crashed" and "ValueError: corrupt sample 3" in run["error"]
+    assert run["error_count"] == 1
 
 
 def test_keyboard_interrupt_marks_the_run_interrupted(db_path):
