@@ -36,7 +36,8 @@ from collector.writer.frames import RunStart
 # fastest loop we measured (135k batches/s), far more than one 0.2 s flush:
 # at most 13 MB in a deque (about 100 bytes a record), 2 MB in a ring.
 BUFFER_RECORDS = 1 << 17
-CLOSE_TIMEOUT_S = 10.0
+CLOSE_TIMEOUT_S = 2.5  # the monitor ends a stuck writer within LINK_CLOSE_TIMEOUT_S (1.5 s) of it
+READY_TIMEOUT_S = 15.0  # a writer's start on a loaded machine (collector/writer/link.py START_TIMEOUT_S)
 NO_QUEUE = (None, None, None, None, None, None)
 SIGINT_EXIT = 130  # what a shell reports for a process ended by Ctrl-C
 

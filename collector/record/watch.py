@@ -9,7 +9,7 @@ from types import TracebackType
 from typing import Any
 
 from collector.record.runinfo import generated_name
-from collector.record.session import CLOSE_TIMEOUT_S, Session
+from collector.record.session import READY_TIMEOUT_S, Session
 from collector.sample.sampler import Rates
 from collector.store.schema import DEFAULT_DB, default_db_path
 
@@ -35,7 +35,7 @@ class WatchedLoader:
     @property
     def run_id(self) -> int | None:
         """The run's id in the file, once the monitor has created it."""
-        self._session.monitor.ready.wait(CLOSE_TIMEOUT_S)
+        self._session.monitor.ready.wait(READY_TIMEOUT_S)
         return self._session.monitor.run_id
 
     @property

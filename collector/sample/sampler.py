@@ -71,6 +71,7 @@ class Sampler:
         self._update: dict[str, Any] = {}
         self._workers: dict[int, int] = {}  # pid -> worker id, of the newest epoch
         self._newest_epoch = -1
+        self._handed = 0  # rows handed on by take()
         self._nvml: Nvml | None = None
         self._host: HostSampler | None = None
         self._due = {"gpu": float("inf"), "host": float("inf"), "detail": 0.0, "devices": 0.0}
@@ -81,6 +82,7 @@ class Sampler:
                 self._due["gpu"] = 0.0
                 self._update["host"] = json.dumps({**host_facts, "gpus": nvml.device_info()}, default=str)
             else:
+                self._update["host"] = json.dumps({**host_facts, "gpus": [], "no_gpu": nvml.unavailable}, default=str)
                 nvml.close()
         if rates.host_hz > 0:
             self._host = (host_factory or (lambda w: HostSampler(w, main_pid=main_pid)))(warn)
@@ -116,6 +118,11 @@ class Sampler:
                 due["detail"] = now + max(DETAIL_MEMORY_INTERVAL_S, spent / DETAIL_MEMORY_BUDGET)
             due["host"] = now + 1.0 / self.rates.host_hz
 
+    @property
+    def taken(self) -> int:
+        """Sample rows taken so far, written or not (NOTE [ Accounting ] in collector/store/connection.py)."""
+        return self._handed + sum(len(r) for r in self._rows.values())
+
     def see_workers(self, epoch: int, worker_pids: list[int]) -> None:
         """Follow the workers of the newest epoch: ``worker_pids[i]`` is worker i's pid."""
         if epoch > self._newest_epoch:
@@ -125,6 +132,7 @@ class Sampler:
     def take(self) -> tuple[dict[str, list[tuple[Any, ...]]], dict[str, Any]]:
         """The rows sampled since the last take, and the run update (the GPUs found), once."""
         rows, self._rows = self._rows, {table: [] for table in SAMPLE_TABLES}
+        self._handed += sum(len(r) for r in rows.values())
         update, self._update = self._update, {}
         return rows, update
 

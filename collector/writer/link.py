@@ -6,7 +6,7 @@ import contextlib
 import fcntl
 import os
 import select
-import subprocess
+import signal
 import sys
 import time
 import weakref
@@ -21,6 +21,7 @@ from collector.writer.frames import (
     Flush,
     FrameBuffer,
     Open,
+    Alive,
     Reply,
     RunCreated,
     Warned,
@@ -49,7 +50,11 @@ BOOT = (
 class Link(Protocol):
     """Where the monitor sends frames and hears back from."""
 
-    def send(self, flush: Flush) -> None: ...
+    def send(self, flush: Flush) -> bool: ...
+
+    def pump(self) -> None: ...
+
+    def health(self) -> str: ...
 
     def due(self) -> float: ...
 
@@ -60,19 +65,41 @@ class Link(Protocol):
     def close(self, timeout_s: float) -> list[Reply]: ...
 
 
+# NOTE [ Writer health ]
+# The writer answers every frame it writes and, from a thread of its own,
+# says it is alive every PING_INTERVAL_S, also while SQLite waits on a lock.
+# So silence means it is stopped (SIGSTOP), hung or gone: ``health`` reads
+# "dead" once the process has exited and "stuck" after STUCK_AFTER_S without
+# a word (STARTUP_GRACE_S for the first), and the monitor then replaces it
+# (collector/writer/supervisor.py). Frames are written without blocking: a
+# writer that reads nothing fills the pipe, and what does not fit waits in
+# ``_out`` (at most MAX_BACKLOG_BYTES; beyond that ``send`` refuses the
+# frame, whose records the monitor counts), so the monitor thread never
+# waits on it either.
+STUCK_AFTER_S = 1.0
+STARTUP_GRACE_S = 10.0
+MAX_BACKLOG_BYTES = 16 << 20
+
+
 class ProcessLink:
     """The writer child (collector.writer.child), fed through a pipe. See NOTE [ Writer process ]."""
 
     def __init__(self, opening: Open) -> None:
-        frames_r, self._frames = os.pipe()
-        self._replies, replies_w = os.pipe()
+        frames_r, self._frames = _pipe()
+        self._replies, replies_w = _pipe()
         try:
-            self.proc = subprocess.Popen(
+            # posix_spawn, not subprocess: it waits for the exec on no pipe, so
+            # it is safe from any thread while workers fork (NOTE [ Forked children ]).
+            self.pid = os.posix_spawn(
+                sys.executable,
                 [sys.executable, "-I", "-c", BOOT.format(root=PACKAGE_ROOT, path=_parent_path())],
-                stdin=frames_r,
-                stdout=replies_w,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,  # Ctrl-C reaches the training process only
+                dict(os.environ),
+                file_actions=[
+                    (os.POSIX_SPAWN_DUP2, frames_r, 0),
+                    (os.POSIX_SPAWN_DUP2, replies_w, 1),
+                    (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
+                ],
+                setsid=True,  # Ctrl-C reaches the training process only
             )
         except BaseException:
             for fd in (self._frames, self._replies):
@@ -83,16 +110,16 @@ class ProcessLink:
             os.close(replies_w)
         with contextlib.suppress(OSError):
             fcntl.fcntl(self._frames, F_SETPIPE_SZ, PIPE_BYTES)
+        os.set_blocking(self._frames, False)
         os.set_blocking(self._replies, False)
         self._incoming = FrameBuffer()
+        self._out = bytearray(encode_frame(opening))
         self._eof = False
+        self.exit_status: int | None = None
+        self.started_at = self.heard_at = time.monotonic()
+        self.answered = False  # anything heard yet
         _links.add(self)
-        self._write(encode_frame(opening))
-
-    def _write(self, frame: bytes) -> None:
-        view = memoryview(frame)
-        while view:
-            view = view[os.write(self._frames, view) :]
+        self.pump()
 
     def first_reply(self, timeout_s: float) -> list[Reply] | None:
         """The child's answer to Open, or None if it died or never answered."""
@@ -102,12 +129,29 @@ class ProcessLink:
             if left <= 0 or not select.select([self._replies], [], [], left)[0]:
                 break
         if not replies:
-            self.close(0.0)
+            self.kill()
             return None
         return replies
 
-    def send(self, flush: Flush) -> None:
-        self._write(encode_frame(flush))
+    def send(self, flush: Flush) -> bool:
+        """Queue a frame; False (the frame refused) when the writer has not read the last MAX_BACKLOG_BYTES."""
+        if len(self._out) > MAX_BACKLOG_BYTES:
+            self.pump()
+            if len(self._out) > MAX_BACKLOG_BYTES:
+                return False
+        self._out += encode_frame(flush)
+        self.pump()
+        return True
+
+    def pump(self) -> None:
+        """Write what the pipe takes now; raises OSError when the writer is gone."""
+        out = self._out
+        while out:
+            try:
+                written = os.write(self._frames, out)
+            except BlockingIOError:
+                return
+            del out[:written]
 
     def due(self) -> float:
         return float("inf")  # the child samples on its own clock
@@ -116,29 +160,102 @@ class ProcessLink:
         pass
 
     def messages(self) -> list[Reply]:
-        """Replies that have arrived, without waiting."""
+        """Replies that have arrived, without waiting (the writer's pings are not among them)."""
         out: list[Reply] = []
         with contextlib.suppress(BlockingIOError):
             while chunk := os.read(self._replies, 1 << 16):
+                self.heard_at = time.monotonic()
+                self.answered = True
                 for payload in self._incoming.feed(chunk):
-                    out.extend(decode_replies(payload))
+                    out.extend(r for r in decode_replies(payload) if not isinstance(r, Alive))
             self._eof = True
         return out
 
+    def health(self) -> str:
+        """"ok", "dead" (the process exited) or "stuck" (silent too long). See NOTE [ Writer health ]."""
+        if self.poll() is not None:
+            return "dead"
+        silent_s = time.monotonic() - self.heard_at
+        if silent_s > (STUCK_AFTER_S if self.answered else STARTUP_GRACE_S):
+            return "stuck"
+        return "ok"
+
+    def poll(self) -> int | None:
+        """The exit status once the child has ended (negative: the signal that ended it)."""
+        if self.exit_status is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped elsewhere (SIGCHLD ignored): gone all the same
+                self.exit_status = -1
+            else:
+                if pid:
+                    self.exit_status = os.waitstatus_to_exitcode(status)
+        return self.exit_status
+
+    def wait(self, timeout_s: float) -> int | None:
+        deadline = time.monotonic() + timeout_s
+        while self.poll() is None and time.monotonic() < deadline:
+            select.select([self._replies], [], [], min(0.02, max(0.0, deadline - time.monotonic())))
+            self.messages()
+        return self.poll()
+
+    def kill(self) -> None:
+        """SIGKILL (a stopped process dies of it too), reap, close the pipes."""
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+            self.wait(5.0)
+        self._close_fds()
+
+    def _close_fds(self) -> None:
+        _links.discard(self)
+        for fd in (self._frames, self._replies):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._frames = self._replies = -1
+
     def close(self, timeout_s: float) -> list[Reply]:
-        """Tell the child to finish, wait for it to write what it has, then read its last replies."""
+        """Tell the child to finish and wait up to ``timeout_s`` for it; a stuck child is killed.
+
+        A child that is alive but cannot write yet (a full disk: NOTE [ Final
+        state ]) is left to retry; it exits once the training process is gone.
+        """
+        deadline = time.monotonic() + timeout_s
+        out: list[Reply] = []
         with contextlib.suppress(OSError):
-            self._write(encode_frame(Close()))
+            self._out += encode_frame(Close())
+            while self._out and time.monotonic() < deadline and self.health() == "ok":
+                self.pump()
+                if self._out:
+                    select.select([], [self._frames], [], min(0.05, max(0.0, deadline - time.monotonic())))
+                out += self.messages()
         with contextlib.suppress(OSError):
             os.close(self._frames)
-        _links.discard(self)
-        try:
-            self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            return [Warned("writer-slow", f"the writer process was still writing after {timeout_s:.0f} s")]
-        out = self.messages()
-        os.close(self._replies)
+        self._frames = -1
+        while self.poll() is None and time.monotonic() < deadline and self.health() == "ok":
+            select.select([self._replies], [], [], min(0.05, max(0.0, deadline - time.monotonic())))
+            out += self.messages()
+        out += self.messages()
+        if self.poll() is None:
+            if self.health() == "stuck" or self._out:
+                out.append(Warned("writer-stuck", "the writer process stopped responding; it was ended"))
+                self.kill()
+                return out
+            out.append(Warned("writer-slow", f"the writer could not finish within {timeout_s:.1f} s; it retries alone"))
+        self._close_fds()
         return out
+
+
+def _pipe() -> tuple[int, int]:
+    """A pipe whose ends are not 0, 1 or 2 (where stdin is closed), so dup2 onto them never no-ops."""
+    ends = []
+    for fd in os.pipe():
+        if fd <= 2:
+            moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+            os.close(fd)
+            fd = moved
+        ends.append(fd)
+    return ends[0], ends[1]
 
 
 # NOTE [ Forked children ]
@@ -155,8 +272,9 @@ _links: weakref.WeakSet[ProcessLink] = weakref.WeakSet()
 def _close_in_child() -> None:
     for link in list(_links):
         for fd in (link._frames, link._replies):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
     _links.clear()
 
 
@@ -174,8 +292,15 @@ class LocalLink:
         self.sink = sink
         self._messages: list[Reply] = []
 
-    def send(self, flush: Flush) -> None:
+    def send(self, flush: Flush) -> bool:
         self._messages.extend(self.sink.write(flush))
+        return True
+
+    def pump(self) -> None:
+        pass
+
+    def health(self) -> str:
+        return "ok"
 
     def due(self) -> float:
         """When the sampler wants the monitor thread next (time.monotonic)."""
@@ -218,7 +343,8 @@ def connect(
         if replies is not None:
             if any(isinstance(reply, RunCreated) for reply in replies):
                 return launched, replies
-            launched.close(START_TIMEOUT_S)  # it could not open the file and is exiting
+            launched.wait(START_TIMEOUT_S)  # it could not open the file and is exiting
+            launched.kill()
             return None, replies
     try:
         sink = Sink(opening, nvml_factory=nvml_factory, host_factory=host_factory)
