@@ -32,6 +32,9 @@ SAMPLE_TABLES = ("gpu_samples", "host_samples", "proc_samples")
 # and this Sampler run in the monitor thread together.
 
 
+MAX_HZ = 100.0  # NVML buffers about 6 samples a second; psutil above 100 Hz costs the writer a core
+
+
 @dataclass(frozen=True)
 class Rates:
     gpu_hz: float = 10.0
@@ -40,8 +43,12 @@ class Rates:
     def __post_init__(self) -> None:
         for name in ("gpu_hz", "host_hz"):
             value = getattr(self, name)
-            if not isinstance(value, (int, float)) or value < 0:
-                raise ValueError(f"{name} must be a number >= 0 (0 turns that sampling off), got {value!r}")
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not number or not 0 <= value <= MAX_HZ:  # NaN fails both comparisons
+                raise ValueError(
+                    f"{name} must be a number of samples per second from 0 to {MAX_HZ:g} "
+                    f"(0 turns that sampling off), got {value!r}"
+                )
 
 
 class Sampler:

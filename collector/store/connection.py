@@ -108,7 +108,11 @@ def check_meta(conn: sqlite3.Connection, path: str) -> int:
     meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
     if meta.get("app") != APP_ID:
         raise NotAStallwatchFile(f"{path} is another program's SQLite database")
-    version = int(meta.get("schema_version", "0"))
+    raw = meta.get("schema_version", "0")
+    try:
+        version = int(raw)
+    except (TypeError, ValueError):
+        raise NotAStallwatchFile(f"{path} has a schema version stallwatch never writes ({raw!r}): the file is damaged") from None
     if version > SCHEMA_VERSION:
         raise SchemaTooNew(
             f"{path} has schema version {version}, newer than this stallwatch "
