@@ -6,7 +6,6 @@ import inspect
 import json
 import os
 import time
-import warnings
 from types import SimpleNamespace
 
 import psutil

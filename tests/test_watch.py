@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-
 import time
 import warnings
 
@@ -84,9 +83,10 @@ def test_a_dataset_exception_the_script_recovers_from_is_counted_and_the_run_com
 
 
 def test_a_dataset_exception_that_ends_the_with_block_marks_the_run_crashed(db_path):
-    with pytest.raises(ValueError, match="corrupt sample 3"), quiet(
-        DataLoader(FailingDataset(10, bad_index=3), batch_size=1), db_path
-    ) as watched:
+    with (
+        pytest.raises(ValueError, match="corrupt sample 3"),
+        quiet(DataLoader(FailingDataset(10, bad_index=3), batch_size=1), db_path) as watched,
+    ):
         for _ in watched:
             pass
     run = Reader(db_path).run(watched.run_id)

@@ -167,7 +167,7 @@ class AutoWatch:
                 return None
             self._by_loader[loader] = session
             self.sessions.append((origin, session))
-            weakref.finalize(loader, session.close)
+            weakref.finalize(loader, session.close_soon)
             return session
 
     def _watched_by_user(self, loader: Any) -> bool:

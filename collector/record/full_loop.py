@@ -61,7 +61,7 @@ class FullLoop:
         except BaseException as exc:  # noqa: BLE001 - handed to the loop as it was raised
             try:
                 self.on_error(exc)
-            except Exception:  # noqa: BLE001, S110 - the collector's fault: never the loop's
+            except Exception:  # noqa: BLE001 - the collector's fault: never the loop's
                 pass
             return raising(exc)
         t1 = time.perf_counter_ns()

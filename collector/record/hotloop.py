@@ -62,7 +62,7 @@ class PyTimer:
         out = self.step()
         if out is None:
             raise StopIteration
-        if type(out) is tuple:
+        if isinstance(out, tuple):
             return out[0]
         raise out
 
@@ -120,7 +120,7 @@ class _PyEpoch:
         if out is None:
             self.end()
             return END
-        if type(out) is not tuple:
+        if not isinstance(out, tuple):
             with contextlib.suppress(Exception):  # the collector's fault: never the loop's
                 self.on_error(out)
             return raising(out)

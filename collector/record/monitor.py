@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import struct
 import threading
 import time
 from collections.abc import Callable
@@ -13,12 +12,12 @@ from typing import Any
 from collector.record.cuda_idle import cuda_active
 from collector.record.handover import EpochStarted, FirstBatch, Shared
 from collector.record.origin import user_frame, warn_at
+from collector.record.stride import adapt_stride
 from collector.sample.sampler import HostFactory, NvmlFactory, Rates
 from collector.writer.frames import (
     EPOCH,
     IDX,
     PAIR_BYTES,
-    T_RETURN,
     EpochRow,
     Flush,
     Open,
@@ -35,7 +34,6 @@ FLUSH_INTERVAL_S = 0.2  # the issue asks for at least every 250 ms
 HEARTBEAT_INTERVAL_S = 1.0
 LINK_CLOSE_TIMEOUT_S = 1.5  # within the session's close: a stuck writer is killed then
 _warned_in_process: set[str] = set()  # keys warned once per process, not per run (NOTE [ No GPU ])
-PAIR_T_RETURN = struct.Struct("=q")  # one int64 of a Timer's (t_request_ns, t_return_ns) pairs
 
 
 class Monitor(threading.Thread):
@@ -260,7 +258,7 @@ class Monitor(threading.Thread):
         timed = self._drain_timers()
         fetches = self._drain_fetches()
         idle = self.shared.resolver.resolve(self._mono_ns())
-        self._adapt_stride(chunks, timed)
+        adapt_stride(self.shared.stride, chunks, timed)
         update, self._run_update = self._run_update, {}
         if beat:
             update["heartbeat_at"] = wall
@@ -288,27 +286,3 @@ class Monitor(threading.Thread):
             if self._warnings_dirty is False and "warnings" in update:
                 self._warnings_dirty = True  # not sent: send them again with the next
         self._handle(self._writer.messages())
-
-    def _adapt_stride(self, chunks: dict[str, list[tuple[Any, ...]]], timed: list[tuple[int, int, bytes]]) -> None:
-        # NOTE [ Batch size sampling ]
-        # Walking a batch for its size and pinning costs about a microsecond;
-        # at tens of thousands of batches per second that is measurable. So
-        # each batch is described while the loop runs under ~200 batches/s,
-        # and every k-th batch above that (always the first of each epoch).
-        # The rate comes from the records' own clocks, so a pause in training
-        # between two flushes does not read as a slow loop.
-        spans = [(len(c), c[0][T_RETURN], c[-1][T_RETURN]) for c in chunks.values() if len(c) >= 2]
-        for _, _, pairs in timed:
-            if len(pairs) >= 2 * PAIR_BYTES:
-                spans.append(
-                    (
-                        len(pairs) // PAIR_BYTES,
-                        *PAIR_T_RETURN.unpack_from(pairs, 8),
-                        *PAIR_T_RETURN.unpack_from(pairs, len(pairs) - 8),
-                    )
-                )
-        if not spans:
-            return
-        n, first, last = max(spans)
-        rate = (n - 1) / ((last - first) / 1e9) if last > first else float("inf")
-        self.shared.stride[0] = max(1, min(1024, int(rate / 200.0) or 1))

@@ -48,5 +48,5 @@ def warn_at(origin: tuple[str, int], message: str) -> None:
             lineno,
             registry=_WARNING_REGISTRIES.setdefault(filename, {}),
         )
-    except Exception:  # noqa: BLE001, S110 - warnings turned into errors (-W error) must not stop the recording
+    except Exception:  # noqa: BLE001 - warnings turned into errors (-W error) must not stop the recording
         pass

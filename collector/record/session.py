@@ -18,8 +18,8 @@ from typing import Any
 
 from collector.record import cuda_idle, loader_probe
 from collector.record.batchinfo import describe_batch
-from collector.record.full_loop import FullLoop
 from collector.record.cuda_idle import IdleResolver
+from collector.record.full_loop import FullLoop
 from collector.record.handover import EpochEnded, EpochStarted, FirstBatch, Shared
 from collector.record.hotloop import Epoch, Timer
 from collector.record.monitor import Monitor
@@ -37,6 +37,7 @@ from collector.writer.frames import RunStart
 # at most 13 MB in a deque (about 100 bytes a record), 2 MB in a ring.
 BUFFER_RECORDS = 1 << 17
 CLOSE_TIMEOUT_S = 2.5  # the monitor ends a stuck writer within LINK_CLOSE_TIMEOUT_S (1.5 s) of it
+CLOSE_GRACE_S = 1.0  # see Session.close_soon
 READY_TIMEOUT_S = 15.0  # a writer's start on a loaded machine (collector/writer/link.py START_TIMEOUT_S)
 NO_QUEUE = (None, None, None, None, None, None)
 SIGINT_EXIT = 130  # what a shell reports for a process ended by Ctrl-C
@@ -194,6 +195,16 @@ class Session:
             self.shared.status["exit_code"] = code
             self.shared.status.setdefault("status", "crashed")
 
+    def close_soon(self) -> None:
+        """Close in CLOSE_GRACE_S, on a thread of its own: the loader was let go (NOTE [ Weak loader ]).
+
+        The loop that let it go may be unwinding from an exception that is about
+        to end the process; closing a moment later lets ``process_ends`` say so.
+        """
+        timer = threading.Timer(CLOSE_GRACE_S, self.close)
+        timer.daemon = True
+        timer.start()
+
     def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
         """Flush everything and mark the run ended. Idempotent; never raises."""
         if self.closed:
@@ -222,12 +233,17 @@ def _install_process_hooks() -> None:
         previous = sys.excepthook
 
         def excepthook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
-            for session in list(_open_sessions):
-                session.fail(value, process_ends=True)
+            process_ends(value)
             previous(kind, value, tb)
 
         sys.excepthook = excepthook
         atexit.register(close_all)
+
+
+def process_ends(exc: BaseException) -> None:
+    """``exc`` is about to end the process: every open run records how (NOTE [ How a run ends ])."""
+    for session in list(_open_sessions):
+        session.fail(exc, process_ends=True)
 
 
 def error_text(exc: BaseException) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from itertools import chain, starmap
 from types import TracebackType
 from typing import Any
@@ -30,7 +30,7 @@ PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.s
 END: Any = object()  # step's answer at the loader's end
 
 
-def _finished() -> Iterator[None]:
+def _finished() -> Generator[None, None, None]:
     yield
 
 

@@ -95,7 +95,9 @@ def watch(
         raise ValueError(f"run must be a non-empty string naming the run, got {run!r}")
     rates = Rates(gpu_hz=gpu_hz, host_hz=host_hz)
     if tags is not None and not isinstance(tags, Mapping):
-        raise TypeError(f"tags must be a mapping of names to values, e.g. tags={{'lr': 0.1}}, got {type(tags).__name__}")
+        raise TypeError(
+            f"tags must be a mapping of names to values, e.g. tags={{'lr': 0.1}}, got {type(tags).__name__}"
+        )
     name = run if run is not None else generated_name(int(time.time() * 1000) ^ os.getpid())
     session = Session(loader, path, name, rates, dict(tags or {}), **monitor_kwargs)
     return WatchedLoader(loader, session)

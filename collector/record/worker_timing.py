@@ -152,7 +152,7 @@ class TimedFetcher:
         self._seq = seq + 1
         try:
             self._write(self._worker_id, (*self._key, seq, self._wall_offset + t0, wall_s, cpu_s))
-        except Exception:  # noqa: BLE001, S110 - timing is optional; the batch is not
+        except Exception:  # noqa: BLE001 - timing is optional; the batch is not
             pass
 
 

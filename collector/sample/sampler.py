@@ -130,6 +130,10 @@ class Sampler:
         """Sample rows taken so far, written or not (NOTE [ Accounting ] in collector/store/connection.py)."""
         return self._handed + sum(len(r) for r in self._rows.values())
 
+    def workers(self) -> list[int]:
+        """The pids of the newest epoch's workers."""
+        return list(self._workers)
+
     def see_workers(self, epoch: int, worker_pids: list[int]) -> None:
         """Follow the workers of the newest epoch: ``worker_pids[i]`` is worker i's pid."""
         if epoch > self._newest_epoch:

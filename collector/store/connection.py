@@ -112,7 +112,9 @@ def check_meta(conn: sqlite3.Connection, path: str) -> int:
     try:
         version = int(raw)
     except (TypeError, ValueError):
-        raise NotAStallwatchFile(f"{path} has a schema version stallwatch never writes ({raw!r}): the file is damaged") from None
+        raise NotAStallwatchFile(
+            f"{path} has a schema version stallwatch never writes ({raw!r}): the file is damaged"
+        ) from None
     if version > SCHEMA_VERSION:
         raise SchemaTooNew(
             f"{path} has schema version {version}, newer than this stallwatch "

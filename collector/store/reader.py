@@ -94,7 +94,9 @@ class Reader:
     @contextmanager
     def connect(self) -> Iterator[sqlite3.Connection]:
         live = os.path.exists(self.path + "-wal")
-        uri = "file:" + urllib.parse.quote(os.path.abspath(self.path)) + ("?mode=ro" if live else "?mode=ro&immutable=1")
+        uri = (
+            "file:" + urllib.parse.quote(os.path.abspath(self.path)) + ("?mode=ro" if live else "?mode=ro&immutable=1")
+        )
         try:
             conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=5.0)
         except sqlite3.Error as exc:

@@ -188,7 +188,14 @@ def encode_frame(frame: Frame) -> bytes:
         rates = (frame.rates.gpu_hz, frame.rates.host_hz)
         start = vars(frame.start)
         payload: tuple[Any, ...] = (
-            "open", frame.db_path, start, frame.wall0_s, frame.perf0_ns, rates, frame.run_id, frame.samples_before
+            "open",
+            frame.db_path,
+            start,
+            frame.wall0_s,
+            frame.perf0_ns,
+            rates,
+            frame.run_id,
+            frame.samples_before,
         )
     elif isinstance(frame, Flush):
         epochs = [dataclasses.astuple(row) for row in frame.epochs]

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-import time
 
 from collector.sample.sampler import HostFactory, NvmlFactory
 from collector.writer.frames import Flush, Open, Reply, RunCreated, Taken, Warned
-from collector.writer.link import Link, ProcessLink, connect
+from collector.writer.link import Link, connect
+from collector.writer.process import ProcessLink
 
 MAX_RESTARTS = 3  # per run; then recording stops and only the end is tried once more
 RESTART_MIN_S = 0.3  # time a new writer needs to start and write a run's end
@@ -69,7 +69,7 @@ class Supervisor:
         return replies + self._replace(why)
 
     def _read(self, replies: list[Reply]) -> list[Reply]:
-        out = []
+        out: list[Reply] = []
         for reply in replies:
             if isinstance(reply, Taken):
                 self._taken_now = reply.samples
