@@ -75,7 +75,7 @@ def main() -> None:
     if not isinstance(opening, Open):
         return
     try:
-        sink = Sink(opening)
+        sink = Sink(opening, tell=replies.send)
     except Exception as exc:  # noqa: BLE001 - unwritable path, full disk, foreign file: told to the parent
         replies.send([open_failure(opening.db_path, exc)])
         return
@@ -88,6 +88,7 @@ def main() -> None:
             payload = incoming.next(sink.sampler.due() - time.monotonic())
             if payload is WAITED:
                 sink.sampler.sample()
+                sink.tell_taken()
                 messages = sink.take_messages()
             else:
                 frame = decode_frame(payload)

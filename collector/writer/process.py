@@ -8,6 +8,7 @@ import os
 import select
 import signal
 import sys
+import threading
 import time
 import weakref
 from pathlib import Path
@@ -105,8 +106,8 @@ class ProcessLink:
             if left <= 0 or not select.select([self._replies], [], [], left)[0]:
                 break
         if not replies:
-            self.kill()
-            return None
+            replies = self.kill()
+            return replies or None
         return replies
 
     def send(self, flush: Flush) -> bool:
@@ -169,19 +170,28 @@ class ProcessLink:
         return self.exit_status
 
     def wait(self, timeout_s: float) -> int | None:
+        """Wait for the child's exit (its replies read meanwhile while its pipe is open)."""
         deadline = time.monotonic() + timeout_s
         while self.poll() is None and time.monotonic() < deadline:
-            select.select([self._replies], [], [], min(0.02, max(0.0, deadline - time.monotonic())))
-            self.messages()
+            if self._replies >= 0:
+                with contextlib.suppress(OSError, ValueError):
+                    select.select([self._replies], [], [], min(0.02, max(0.0, deadline - time.monotonic())))
+                    self.messages()
+                    continue
+            time.sleep(0.05)
         return self.poll()
 
-    def kill(self) -> None:
-        """SIGKILL (a stopped process dies of it too), reap, close the pipes."""
+    def kill(self) -> list[Reply]:
+        """SIGKILL (a stopped process dies of it too), reap, close the pipes; the replies it left in the pipe."""
         if self.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signal.SIGKILL)
             self.wait(5.0)
+        left = []
+        with contextlib.suppress(OSError):
+            left = self.messages()
         self._close_fds()
+        return left
 
     def _close_fds(self) -> None:
         _links.discard(self)
@@ -214,10 +224,11 @@ class ProcessLink:
         out += self.messages()
         if self.poll() is None:
             if self.health() == "stuck" or self._out:
+                out += self.kill()
                 out.append(Warned("writer-stuck", "the writer process stopped responding; it was ended"))
-                self.kill()
                 return out
             out.append(Warned("writer-slow", f"the writer could not finish within {timeout_s:.1f} s; it retries alone"))
+            threading.Thread(target=self.wait, args=(float("inf"),), name="stallwatch-reap", daemon=True).start()
         self._close_fds()
         return out
 

@@ -38,9 +38,15 @@ class Sink:
     """
 
     def __init__(
-        self, opening: Open, *, nvml_factory: NvmlFactory | None = None, host_factory: HostFactory | None = None
+        self,
+        opening: Open,
+        *,
+        nvml_factory: NvmlFactory | None = None,
+        host_factory: HostFactory | None = None,
+        tell: Callable[[list[Reply]], None] | None = None,
     ) -> None:
         self.opening = opening
+        self._tell = tell  # sends a reply at once: the samples taken, before they are written
         self._messages: list[Reply] = []  # the sampler's warnings, sent with the next reply
         self.store, self.run_id = self._open_run(opening.run_id)
         self._file = _identity(opening.db_path)
@@ -90,6 +96,13 @@ class Sink:
         self._fetch_sql = fetch_insert_sql(run_id)
         return store, run_id
 
+    def tell_taken(self) -> None:
+        """Say how many samples were taken before writing them, so a writer killed mid-write has them counted."""
+        if self._tell is not None and self.sampler.taken != self._told_taken:
+            self._told_taken = self.sampler.taken
+            with contextlib.suppress(OSError):
+                self._tell([Taken(self._told_taken)])
+
     def take_messages(self) -> list[Reply]:
         if self.sampler.taken != self._told_taken:
             self._told_taken = self.sampler.taken
@@ -97,7 +110,7 @@ class Sink:
         out, self._messages = self._messages, []
         return out
 
-    def write(self, flush: Flush) -> list[Reply]:
+    def write(self, flush: Flush, sample: bool = True) -> list[Reply]:
         """Write one frame and the samples taken since the last; never raises.
 
         A failure costs the frame's records and samples (counted); its run
@@ -106,7 +119,9 @@ class Sink:
         """
         for row in flush.epochs:
             self.sampler.see_workers(row.epoch, json.loads(row.worker_pids_json))
-        self.sampler.sample()  # whatever is due: frames may come faster than the sampler's timeouts
+        if sample:
+            self.sampler.sample()  # whatever is due: frames may come faster than the sampler's timeouts
+        self.tell_taken()
         samples, update = self.sampler.take()
         self._pending.update(update)
         self._pending.update(flush.update)
@@ -198,10 +213,11 @@ class Sink:
         """Take a last sample, write what is left (retrying a failed end), close the file; the last replies."""
         try:
             self.sampler.sample(final=True)
+            self.tell_taken()
             messages = self.write(Flush())
             while self.failed and keep_trying():
                 time.sleep(RETRY_INTERVAL_S)
-                messages += self.write(Flush())
+                messages += self.write(Flush(), sample=False)  # the run has ended: no more samples
         finally:
             self.sampler.close()
             self.store.close()

@@ -81,18 +81,15 @@ class Supervisor:
 
     def _replace(self, why: str) -> list[Reply]:
         old, self.link = self.link, None
-        if isinstance(old, ProcessLink):
-            old.kill()
+        left = self._read(old.kill()) if isinstance(old, ProcessLink) else []
         if self.restarts >= MAX_RESTARTS:
-            return [
-                Warned(
-                    "writer-failed",
-                    f"the writer process {why}, after {MAX_RESTARTS} replacements: recording stops here "
-                    "(the batches from now on are counted in dropped_records)",
-                )
-            ]
+            text = (
+                f"the writer process {why}, after {MAX_RESTARTS} replacements: recording stops here "
+                "(the batches from now on are counted in dropped_records)"
+            )
+            return [*left, Warned("writer-failed", text)]
         self.restarts += 1
-        return self._start(why)
+        return left + self._start(why)
 
     def _start(self, why: str) -> list[Reply]:
         self._taken_before += self._taken_now
