@@ -56,7 +56,7 @@ def page() -> None:
 
 def _header(run: dict[str, Any]) -> None:
     title, badge = st.columns([5, 1], vertical_alignment="center")
-    title.title(re.sub(r"([!-/:-@\[-`{-~])", r"\\\1", str(run["name"])), anchor=False)  # plain text, not Markdown
+    title.title(re.sub(r"([\\`*_\[\]<>#|~$:])", r"\\\1", str(run["name"])), anchor=False)  # plain text, not Markdown
     state_name = run["state"]
     colors: dict[str, BadgeColor] = {
         "running": "green",
