@@ -74,6 +74,9 @@ class Reader:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
         if not os.path.exists(self.path):
+            blocked = _closed_folder(self.path)
+            if blocked is not None:
+                raise CannotRead(f"no permission to look into {blocked}, which holds {self.path}")
             raise NotAStallwatchFile(f"{self.path} does not exist")
         if os.path.isdir(self.path):
             raise NotAStallwatchFile(f"{self.path} is a directory, not a stallwatch file")
@@ -198,6 +201,18 @@ class Reader:
     def proc_samples(self, run_id: int, since_ts: float | None = None) -> pd.DataFrame:
         where, params = _since("p", run_id, since_ts)
         return self.frame(f"SELECT * FROM proc_samples p {where} ORDER BY p.ts", params)
+
+
+def _closed_folder(path: str) -> str | None:
+    """The innermost existing folder above ``path`` that this user may not look into, if any."""
+    folder = os.path.dirname(os.path.abspath(path))
+    while not os.path.isdir(folder) and folder != os.path.dirname(folder):
+        folder = os.path.dirname(folder)
+    while folder != os.path.dirname(folder):
+        if not os.access(folder, os.X_OK):
+            return folder
+        folder = os.path.dirname(folder)
+    return None
 
 
 def _json(value: Any, empty: Any) -> Any:
