@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from collector.errors import CollectorWarning
 
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from collector.store.reader import Reader
 
 __version__ = "0.1.0"
+WATCH_KEYWORDS = ("db", "run", "gpu_hz", "host_hz", "tags")
 __all__ = ["CollectorWarning", "__version__", "diagnose", "watch"]
 
 
@@ -29,6 +30,7 @@ def watch(
     gpu_hz: float = 10.0,
     host_hz: float = 2.0,
     tags: Mapping[str, Any] | None = None,
+    **unknown: NoReturn,
 ) -> WatchedLoader:
     """Wrap ``loader`` so every batch's wait is recorded into a SQLite file.
 
@@ -38,9 +40,21 @@ def watch(
     with the run. Bad arguments raise here; nothing the collector does later
     ever raises into the loop. See ``collector.record.watch.watch``.
     """
+    if unknown:
+        raise TypeError(unknown_keywords("watch", unknown, WATCH_KEYWORDS))
     from collector.record.watch import watch as _watch
 
     return _watch(loader, db, run, gpu_hz=gpu_hz, host_hz=host_hz, tags=tags)
+
+
+def unknown_keywords(function: str, given: Mapping[str, Any], valid: tuple[str, ...]) -> str:
+    """The TypeError text for misspelled keywords: the function, the closest valid name, all valid names."""
+    import difflib
+
+    name = sorted(given)[0]
+    close = difflib.get_close_matches(name, valid, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"{function}() got an unexpected keyword argument {name!r}{hint}; its keywords are {', '.join(valid)}"
 
 
 def diagnose(

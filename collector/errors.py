@@ -11,6 +11,14 @@ class NotAStallwatchFile(StallwatchError):
     """The path is missing, empty, not SQLite, corrupt, or another program's database."""
 
 
+class CannotRead(NotAStallwatchFile):
+    """The file may be fine, but this user or this storage cannot open it: no read permission, read-only media."""
+
+
+class CannotWrite(StallwatchError):
+    """The file cannot be written: its directory is missing, no permission, a full disk, read-only storage."""
+
+
 class SchemaTooNew(StallwatchError):
     """The file was written by a newer stallwatch than this one."""
 

@@ -192,21 +192,6 @@ def test_a_lapped_timer_counts_its_lost_batches_once(db_path):
     assert monitor.dropped == 6  # batches 0..5 fell out of the 4-entry ring
 
 
-def test_a_writer_process_that_dies_costs_records_not_training(db_path, collector_warnings):
-    dataset = SlowDataset(64)
-    expected = train(DataLoader(dataset, batch_size=2))
-    watched = collector.watch(DataLoader(dataset, batch_size=2), db=db_path, gpu_hz=0, host_hz=0)
-    assert watched.run_id is not None
-    link = watched._session.monitor._link
-    link.proc.kill()  # type: ignore[union-attr]
-    link.proc.wait(timeout=10)  # type: ignore[union-attr]
-    got = train(watched)
-    watched.close()
-    assert all(torch.equal(a, b) for a, b in zip(expected, got, strict=True))
-    messages = collector_messages(collector_warnings)
-    assert len(messages) == 1 and "writer process stopped" in messages[0]
-
-
 def test_a_failed_write_counts_its_records_and_keeps_epoch_rows_for_the_next(db_path):
     sink = Sink(Open(db_path, RunStart("sink", {}, {}, {}, "host", 1, "cmd", None, None), 0.0, 0, Rates(0, 0)))
     records = {"fast": [(0, i, i * 10, i * 10 + 5, None) for i in range(3)]}

@@ -36,14 +36,14 @@ def test_two_dataloaders_make_two_runs_named_where_they_were_created_and_the_exi
     done = collector_run(tmp_path, str(SCRIPT), "3", "--lr", "0.1")
     assert done.returncode == 3, done.stderr
     assert done.stdout.splitlines() == [f"argv: {[str(SCRIPT), '3', '--lr', '0.1']}", "done"]
-    rows = query(str(tmp_path / "run.sqlite"), "SELECT name, status, tags FROM runs ORDER BY id")
-    assert [(name.rsplit("/", 1)[-1], status) for name, status, _ in rows] == [
-        ("two_loaders.py:19", "completed"),
-        ("two_loaders.py:20", "completed"),
+    rows = query(str(tmp_path / "run.sqlite"), "SELECT name, status, exit_code, tags FROM runs ORDER BY id")
+    assert [(name.rsplit("/", 1)[-1], status, code) for name, status, code, _ in rows] == [
+        ("two_loaders.py:19", "crashed", 3),  # sys.exit(3): a non-zero exit, recorded with its code
+        ("two_loaders.py:20", "crashed", 3),
     ]
     counts = query(str(tmp_path / "run.sqlite"), "SELECT run_id, COUNT(*) FROM batches GROUP BY run_id ORDER BY run_id")
     assert [n for _, n in counts] == [2 * 64 // 4, 64 // 16]  # two epochs of train, one of val
-    assert json.loads(rows[0][2])["collector_run"].endswith("two_loaders.py 3 --lr 0.1")
+    assert json.loads(rows[0][3])["collector_run"].endswith("two_loaders.py 3 --lr 0.1")
     assert "stallwatch: 2 DataLoader(s) recorded" in done.stderr
     assert "two_loaders.py:19 (run 1):" in done.stderr
 

@@ -6,7 +6,6 @@ import inspect
 import json
 import os
 import time
-import warnings
 from types import SimpleNamespace
 
 import psutil
@@ -18,6 +17,7 @@ from torch.utils.data import DataLoader
 
 import collector
 from collector.record import cuda_idle
+from collector.record import monitor as monitor_module
 from collector.record.cuda_idle import IdleResolver
 from collector.record.watch import watch as watch_with_fakes  # takes the monitor's test parameters
 from collector.sample.host import HostSampler
@@ -57,31 +57,36 @@ def test_utilisation_rates_are_the_fallback_without_a_sample_buffer(db_path):
     assert {r[0] for r in query(db_path, "SELECT util_pct FROM gpu_samples")} == {42.0}
 
 
-def test_no_nvml_gives_one_warning_and_no_gpu_rows(db_path, collector_warnings):
+def test_no_nvml_on_a_cpu_only_process_is_recorded_as_no_gpu_without_a_warning(db_path, collector_warnings):
     fake = FakeNvml(init_error=OSError("libnvidia-ml.so.1: cannot open shared object file"))
-    watched = watch_with_fakes(DataLoader(SlowDataset(6), batch_size=2), db=db_path, host_hz=0, **with_fake_nvml(fake))
-    watch_line = inspect.currentframe().f_lineno - 1
-    with watched:
+    loader = DataLoader(SlowDataset(6), batch_size=2)
+    with watch_with_fakes(loader, db=db_path, host_hz=0, cuda_in_use=lambda: False, **with_fake_nvml(fake)) as watched:
         for _ in range(3):
             list(watched)
-    messages = collector_messages(collector_warnings)
-    assert len(messages) == 1 and "NVML is not available" in messages[0] and "nvidia-ml-py" in messages[0]
-    # raised in the monitor thread, it points at the user's watch() line, not at the collector
-    assert [(w.filename, w.lineno) for w in collector_warnings] == [(__file__, watch_line)]
+    assert collector_messages(collector_warnings) == []
     assert query(db_path, "SELECT COUNT(*) FROM gpu_samples") == [(0,)]
     assert query(db_path, "SELECT COUNT(*) FROM batches") == [(9,)]
-    assert Reader(db_path).run("latest")["host"].get("gpus", []) == []
+    run = Reader(db_path).run("latest")
+    assert run["host"]["gpus"] == [] and "NVML is not available" in run["host"]["no_gpu"]
+    assert "libnvidia-ml.so.1" in run["host"]["no_gpu"] and run["warnings"] == []
 
 
-def test_runs_started_on_one_line_warn_once_under_the_default_filter(db_path):
+def test_no_nvml_while_cuda_is_in_use_warns_once_per_process_with_the_cause(db_path, collector_warnings, monkeypatch):
+    monkeypatch.setattr(monitor_module, "_warned_in_process", set())
     fake = FakeNvml(init_error=OSError("libnvidia-ml.so.1: cannot open shared object file"))
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("default")
-        for _ in range(3):  # a sweep's trials: the same warning, the same line
-            with watch_with_fakes([1, 2], db=db_path, host_hz=0, **with_fake_nvml(fake)) as watched:
-                list(watched)
-    assert len(collector_messages(caught)) == 1
-    assert len(query(db_path, "SELECT id FROM runs WHERE warnings LIKE '%NVML is not available%'")) == 3
+    cuda = {"cuda_in_use": lambda: True, **with_fake_nvml(fake)}
+    watched = watch_with_fakes(DataLoader(SlowDataset(6), batch_size=2), db=db_path, host_hz=0, **cuda)
+    watch_line = inspect.currentframe().f_lineno - 1
+    with watched:
+        list(watched)
+    with watch_with_fakes([1, 2], db=db_path, host_hz=0, **cuda) as second:  # a second loader: no second warning
+        list(second)
+    messages = collector_messages(collector_warnings)
+    assert len(messages) == 1 and "NVML is not available" in messages[0] and "nvidia-ml-py" in messages[0]
+    assert "libnvidia-ml.so.1: cannot open shared object file" in messages[0]
+    # raised in the monitor thread, it points at the user's watch() line, not at the collector
+    assert [(w.filename, w.lineno) for w in collector_warnings] == [(__file__, watch_line)]
+    assert "NVML is not available" in Reader(db_path).run(watched.run_id)["warnings"][0]
 
 
 def test_nvml_failing_mid_run_nulls_memory_and_warns_once(collector_warnings):
@@ -155,7 +160,7 @@ def test_the_writer_process_samples_the_host_not_the_training_process(db_path, m
     assert query(db_path, "SELECT warnings FROM runs")[0][0] in (None, "[]")
 
 
-def test_missing_nvml_in_the_writer_process_is_one_warning(db_path, collector_warnings):
+def test_missing_nvml_in_the_writer_process_is_recorded_as_no_gpu_and_not_warned(db_path, collector_warnings):
     try:
         import pynvml
 
@@ -166,10 +171,10 @@ def test_missing_nvml_in_the_writer_process_is_one_warning(db_path, collector_wa
         pytest.skip("this machine has a working NVML: the test needs one without a driver or library")
     with collector.watch(range(3), db=db_path, host_hz=0) as watched:
         list(watched)
-    messages = collector_messages(collector_warnings)
-    assert len(messages) == 1 and "NVML is not available" in messages[0]
+    assert collector_messages(collector_warnings) == []
     assert query(db_path, "SELECT COUNT(*) FROM gpu_samples") == [(0,)]
-    assert "NVML is not available" in query(db_path, "SELECT warnings FROM runs")[0][0]
+    assert query(db_path, "SELECT warnings FROM runs") == [(None,)]
+    assert "NVML is not available" in Reader(db_path).run(watched.run_id)["host"]["no_gpu"]
 
 
 class CostlyHost:

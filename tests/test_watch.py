@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 import warnings
 
@@ -67,7 +68,7 @@ def test_plain_iterable_is_recorded_with_null_queue_and_worker_fields(db_path):
     assert run["status"] == "completed" and run["config"]["loader"] == "list"
 
 
-def test_dataset_exception_reaches_the_loop_unchanged_and_marks_the_run_crashed(db_path):
+def test_a_dataset_exception_the_script_recovers_from_is_counted_and_the_run_completes(db_path):
     watched = quiet(DataLoader(FailingDataset(10, bad_index=3), batch_size=1), db_path)
     seen = []
     with pytest.raises(ValueError, match="corrupt sample 3"):
@@ -76,8 +77,21 @@ def test_dataset_exception_reaches_the_loop_unchanged_and_marks_the_run_crashed(
     watched.close()
     assert seen == [0, 1, 2]
     run = Reader(db_path).run(watched.run_id)
-    assert run["status"] == "crashed"
-    assert "ValueError: corrupt sample 3" in run["error"]
+    assert run["status"] == "completed" and run["error"] is None and run["exit_code"] is None
+    assert run["error_count"] == 1
+    assert run["first_error"] == run["last_error"] == "ValueError: corrupt sample 3"
+
+
+def test_a_dataset_exception_that_ends_the_with_block_marks_the_run_crashed(db_path):
+    with (
+        pytest.raises(ValueError, match="corrupt sample 3"),
+        quiet(DataLoader(FailingDataset(10, bad_index=3), batch_size=1), db_path) as watched,
+    ):
+        for _ in watched:
+            pass
+    run = Reader(db_path).run(watched.run_id)
+    assert run["status"] == "crashed" and "ValueError: corrupt sample 3" in run["error"]
+    assert run["error_count"] == 1
 
 
 def test_keyboard_interrupt_marks_the_run_interrupted(db_path):
@@ -144,15 +158,27 @@ def test_a_batch_that_cannot_be_described_is_stored_with_unknown_size(db_path):
     ("kwargs", "error", "fix"),
     [
         ({"loader": 42}, TypeError, "pass the DataLoader itself"),
-        ({"loader": [1], "gpu_hz": -1}, ValueError, "gpu_hz must be a number >= 0"),
-        ({"loader": [1], "host_hz": -0.5}, ValueError, "host_hz must be a number >= 0"),
+        ({"loader": [1], "gpu_hz": -1}, ValueError, r"gpu_hz must be a number of samples per second from 0 to 100"),
+        ({"loader": [1], "host_hz": -0.5}, ValueError, r"host_hz must be .* from 0 to 100 .*got -0.5"),
+        ({"loader": [1], "host_hz": float("inf")}, ValueError, r"host_hz must be .* from 0 to 100 .*got inf"),
+        ({"loader": [1], "gpu_hz": float("nan")}, ValueError, r"gpu_hz must be .* from 0 to 100 .*got nan"),
+        ({"loader": [1], "host_hz": 1e9}, ValueError, r"host_hz must be .* from 0 to 100"),
+        ({"loader": [1], "gpu_hz": True}, ValueError, r"gpu_hz must be a number"),
         ({"loader": [1], "run": ""}, ValueError, "non-empty string"),
+        ({"loader": [1], "tags": "lr=0.1"}, TypeError, r"tags must be a mapping .* got str"),
+        (
+            {"loader": [1], "hots_hz": 3},
+            TypeError,
+            r"watch\(\) got an unexpected keyword argument 'hots_hz' \(did you mean 'host_hz'\?\); "
+            r"its keywords are db, run, gpu_hz, host_hz, tags",
+        ),
     ],
 )
 def test_bad_arguments_raise_at_once_saying_how_to_fix(kwargs, error, fix, db_path):
     loader = kwargs.pop("loader")
     with pytest.raises(error, match=fix):
         collector.watch(loader, db=db_path, **kwargs)
+    assert not os.path.exists(db_path)  # nothing started
 
 
 def test_db_that_is_a_directory_is_rejected(tmp_path):

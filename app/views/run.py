@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 import time
 from typing import Any, Literal
 
@@ -55,7 +56,7 @@ def page() -> None:
 
 def _header(run: dict[str, Any]) -> None:
     title, badge = st.columns([5, 1], vertical_alignment="center")
-    title.title(run["name"], anchor=False)
+    title.title(re.sub(r"([\\`*_\[\]<>#|~$:])", r"\\\1", str(run["name"])), anchor=False)  # plain text, not Markdown
     state_name = run["state"]
     colors: dict[str, BadgeColor] = {
         "running": "green",

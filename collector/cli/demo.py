@@ -13,6 +13,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from collector.cli.args import add_db_option, positive_float
+from collector.errors import StallwatchError
 
 
 class SleepDataset(Dataset[tuple[torch.Tensor, int]]):
@@ -158,5 +159,7 @@ def _main(args: argparse.Namespace) -> int:
     print(f"demo '{args.scenario}': {SCENARIOS[args.scenario].description}")
     print(f"recording {args.seconds:g} s into {args.db} ...", flush=True)
     run_id = run_demo(args.db, args.seconds, args.scenario, args.run)
+    if run_id is None:
+        raise StallwatchError(f"nothing was recorded into {args.db} (see the warning above)")
     print(f"done: run {run_id} in {args.db}")
     return 0

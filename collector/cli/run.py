@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import runpy
+import signal
 import sys
 from types import TracebackType
 from typing import Any, TextIO
@@ -14,6 +16,7 @@ from collector.errors import StallwatchError
 from collector.sample.sampler import Rates
 
 EXIT_EXCEPTION = 1  # what Python itself exits with on an uncaught exception
+SIGINT_EXIT = 130  # what a shell reports for a process ended by Ctrl-C
 
 
 def add_parser(subparsers: Any) -> None:
@@ -61,6 +64,8 @@ def _main(args: argparse.Namespace) -> int:
     code, exit_request = run_script(target, script_args, is_module, auto)
     if not args.no_verdict:
         print_verdict(auto, args.db, sys.stderr)
+    if code == SIGINT_EXIT:
+        exit_by_sigint()
     if exit_request is not None:
         raise exit_request  # the script's own sys.exit(...), code and message untouched
     return code
@@ -81,17 +86,16 @@ def run_script(target: str, argv: list[str], is_module: bool, auto: Any) -> tupl
         if is_module:
             runpy.run_module(target, run_name="__main__", alter_sys=True)
         else:
-            runpy.run_path(target, run_name="__main__")
+            runpy.run_path(os.path.abspath(target), run_name="__main__")  # __file__ absolute, as python gives it
     except SystemExit as exc:
+        from collector.record.session import process_ends
+
+        process_ends(exc)  # sys.exit(n): the runs record n
         return 0, exc
-    except KeyboardInterrupt:
-        auto.uninstall()
-        auto.close()
-        raise
     except BaseException as exc:  # noqa: BLE001 - shown exactly as Python shows an uncaught exception
         tb = _script_frames(exc.__traceback__)
-        sys.excepthook(type(exc), exc.with_traceback(tb), tb)  # also marks the runs crashed
-        return EXIT_EXCEPTION, None
+        sys.excepthook(type(exc), exc.with_traceback(tb), tb)  # also marks the runs crashed or interrupted
+        return (SIGINT_EXIT if isinstance(exc, KeyboardInterrupt) else EXIT_EXCEPTION), None
     finally:
         auto.uninstall()
         sys.argv = saved_argv
@@ -99,6 +103,15 @@ def run_script(target: str, argv: list[str], is_module: bool, auto: Any) -> tupl
             sys.path[0] = saved_path0
         auto.close()
     return 0, None
+
+
+def exit_by_sigint() -> None:
+    """End as Python ends on an uncaught Ctrl-C: exit handlers first, then death by SIGINT (a shell's 130)."""
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)
 
 
 def _script_frames(tb: TracebackType | None) -> TracebackType | None:

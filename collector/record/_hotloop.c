@@ -187,7 +187,8 @@ typedef struct {
     PyObject_HEAD
     Timer *timer;
     PyObject *on_batch;    /* on_batch(index, t0, t1, prev_t1 or None, cpu_ns, batch) -> next stride */
-    PyObject *on_end;      /* on_end(count, exception or None): once */
+    PyObject *on_end;      /* on_end(count): once, at exhaustion or when dropped */
+    PyObject *on_error;    /* on_error(exception): each exception next() raises into the loop */
     Py_ssize_t countdown;  /* batches to hand out before the next described one */
     int ended;
 } Epoch;
@@ -195,13 +196,14 @@ typedef struct {
 static PyObject *
 Epoch_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"timer", "on_batch", "on_end", NULL};
-    PyObject *timer, *on_batch, *on_end;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OO", kwlist, &TimerType, &timer, &on_batch, &on_end)) {
+    static char *kwlist[] = {"timer", "on_batch", "on_end", "on_error", NULL};
+    PyObject *timer, *on_batch, *on_end, *on_error;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OOO", kwlist, &TimerType, &timer, &on_batch, &on_end,
+                                     &on_error)) {
         return NULL;
     }
-    if (!PyCallable_Check(on_batch) || !PyCallable_Check(on_end)) {
-        PyErr_SetString(PyExc_TypeError, "on_batch and on_end must be callable");
+    if (!PyCallable_Check(on_batch) || !PyCallable_Check(on_end) || !PyCallable_Check(on_error)) {
+        PyErr_SetString(PyExc_TypeError, "on_batch, on_end and on_error must be callable");
         return NULL;
     }
     Epoch *self = (Epoch *)type->tp_alloc(type, 0);
@@ -211,6 +213,7 @@ Epoch_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->timer = (Timer *)Py_NewRef(timer);
     self->on_batch = Py_NewRef(on_batch);
     self->on_end = Py_NewRef(on_end);
+    self->on_error = Py_NewRef(on_error);
     return (PyObject *)self;
 }
 
@@ -220,6 +223,7 @@ Epoch_traverse(Epoch *self, visitproc visit, void *arg)
     Py_VISIT(self->timer);
     Py_VISIT(self->on_batch);
     Py_VISIT(self->on_end);
+    Py_VISIT(self->on_error);
     return 0;
 }
 
@@ -229,43 +233,52 @@ Epoch_clear(Epoch *self)
     Py_CLEAR(self->timer);
     Py_CLEAR(self->on_batch);
     Py_CLEAR(self->on_end);
+    Py_CLEAR(self->on_error);
     return 0;
 }
 
-/* Call on_end(count, exc) once. exc may be NULL (None). */
+/* Call on_end(count) once. */
 static void
-Epoch_end(Epoch *self, PyObject *exc)
+Epoch_end(Epoch *self)
 {
     if (self->ended || self->timer == NULL) {
         return;
     }
     self->ended = 1;
-    PyObject *result = PyObject_CallFunction(self->on_end, "LO", (long long)self->timer->head,
-                                             exc == NULL ? Py_None : exc);
+    PyObject *result = PyObject_CallFunction(self->on_end, "L", (long long)self->timer->head);
     if (result == NULL) {
         PyErr_WriteUnraisable(self->on_end);
     }
     Py_XDECREF(result);
 }
 
-/* The iterator returned NULL: end the epoch, keep its exception (StopIteration: none). */
+/* next() returned NULL. At the end (StopIteration, or no error set) the epoch
+ * ends. Any other exception goes to the loop unchanged, after on_error(exc)
+ * has seen it; the epoch goes on, as the loader's own iterator does when the
+ * loop catches it and asks again. */
 static PyObject *
-Epoch_finish(Epoch *self)
+Epoch_failed(Epoch *self)
 {
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
-    if (type != NULL && PyErr_GivenExceptionMatches(type, PyExc_StopIteration)) {
-        Py_CLEAR(type);
-        Py_CLEAR(value);
-        Py_CLEAR(tb);
+    if (type == NULL || PyErr_GivenExceptionMatches(type, PyExc_StopIteration)) {
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+        Epoch_end(self);
+        return NULL;
     }
-    if (type != NULL) {
-        PyErr_NormalizeException(&type, &value, &tb);
-        if (tb != NULL) {
-            PyException_SetTraceback(value, tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb != NULL) {
+        PyException_SetTraceback(value, tb);
+    }
+    if (self->on_error != NULL) {
+        PyObject *result = PyObject_CallOneArg(self->on_error, value);
+        if (result == NULL) {
+            PyErr_Clear();  /* the collector's fault: never the loop's */
         }
+        Py_XDECREF(result);
     }
-    Epoch_end(self, value);
     PyErr_Restore(type, value, tb);
     return NULL;
 }
@@ -280,7 +293,7 @@ Epoch_next(Epoch *self)
     if (self->countdown > 0) {
         PyObject *item = Timer_next(timer);
         if (item == NULL) {
-            return Epoch_finish(self);
+            return Epoch_failed(self);
         }
         self->countdown -= 1;
         return item;
@@ -288,7 +301,7 @@ Epoch_next(Epoch *self)
     int64_t c0 = thread_cpu_ns();
     PyObject *item = Timer_next(timer);
     if (item == NULL) {
-        return Epoch_finish(self);
+        return Epoch_failed(self);
     }
     int64_t cpu_ns = thread_cpu_ns() - c0;
     PyObject *prev = timer->prev_t1 < 0 ? Py_NewRef(Py_None) : PyLong_FromLongLong(timer->prev_t1);
@@ -297,9 +310,9 @@ Epoch_next(Epoch *self)
         (long long)timer->last_t1, prev, (long long)cpu_ns, item);
     Py_XDECREF(prev);
     if (stride == NULL && !PyErr_ExceptionMatches(PyExc_Exception)) {
-        /* KeyboardInterrupt, SystemExit: the user's, so they go to the loop */
+        /* KeyboardInterrupt, SystemExit: the user's, so they go to the loop; the epoch goes on */
         Py_DECREF(item);
-        return Epoch_finish(self);
+        return NULL;
     }
     Py_ssize_t k = stride == NULL ? -1 : PyLong_AsSsize_t(stride);
     Py_XDECREF(stride);
@@ -329,7 +342,7 @@ Epoch_finalize(Epoch *self)
     /* dropped before its end (the loop broke out early): not an error */
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
-    Epoch_end(self, NULL);
+    Epoch_end(self);
     PyErr_Restore(type, value, tb);
 }
 
@@ -347,7 +360,7 @@ Epoch_dealloc(Epoch *self)
 static PyTypeObject EpochType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "collector.record._hotloop.Epoch",
-    .tp_doc = "Epoch(timer, on_batch, on_end): iterates like the timer, describing every stride-th batch.",
+    .tp_doc = "Epoch(timer, on_batch, on_end, on_error): iterates like the timer, describing every stride-th batch.",
     .tp_basicsize = sizeof(Epoch),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_new = Epoch_new,

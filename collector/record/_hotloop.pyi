@@ -14,7 +14,8 @@ class Epoch:
         self,
         timer: Timer,
         on_batch: Callable[[int, int, int, int | None, int, Any], int],
-        on_end: Callable[[int, BaseException | None], None],
+        on_end: Callable[[int], None],
+        on_error: Callable[[BaseException], None],
     ) -> None: ...
     def __iter__(self) -> Iterator[Any]: ...
     def __next__(self) -> Any: ...

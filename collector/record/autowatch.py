@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
 import warnings
 import weakref
 from collections.abc import Callable, Iterator
+from itertools import chain, islice
 from types import FrameType
 from typing import Any
 
@@ -55,8 +57,11 @@ def _weak_loader(loader: Any) -> Any:
 
 
 def _holding(loader: Any, epoch: Iterator[Any]) -> Iterator[Any]:
-    """The epoch's batches, keeping the loader alive while they flow (``for b in DataLoader(...)``)."""
-    yield from epoch
+    """The epoch's batches, keeping the loader alive while they flow (``for b in DataLoader(...)``).
+
+    Built of C iterators only, so no frame is added (NOTE [ Transparent iteration ]).
+    """
+    return chain(epoch, islice((loader,), 0))
 
 
 class AutoWatch:
@@ -157,11 +162,12 @@ class AutoWatch:
             except Exception as exc:  # noqa: BLE001 - recording must never break the script
                 if not self._warned:
                     self._warned = True
-                    warnings.warn(f"stallwatch: not recording {origin}: {exc}", CollectorWarning, stacklevel=3)
+                    with contextlib.suppress(Exception):  # -W error: a warning must not break the script either
+                        warnings.warn(f"stallwatch: not recording {origin}: {exc}", CollectorWarning, stacklevel=3)
                 return None
             self._by_loader[loader] = session
             self.sessions.append((origin, session))
-            weakref.finalize(loader, session.close)
+            weakref.finalize(loader, session.close_soon)
             return session
 
     def _watched_by_user(self, loader: Any) -> bool:

@@ -8,8 +8,9 @@ import time
 import warnings
 from array import array
 from collections.abc import Callable, Iterator
-from itertools import islice
 from typing import Any
+
+from collector.record.transparent import END, raising, transparent, without_our_frames
 
 # NOTE [ Compiled hot loop ]
 # Per batch the loop must read the clock twice and keep both readings. In
@@ -22,20 +23,23 @@ from typing import Any
 # ``capacity`` entries loses the oldest (the ring is the bounded buffer). The
 # clock is CLOCK_MONOTONIC, time.perf_counter_ns()'s on Linux.
 #
-# ``Epoch(timer, on_batch, on_end)`` is a whole plain epoch, so that no Python
-# frame sits between the user's loop and the Timer: it hands out the timer's
-# items, and for every stride-th one (the first always) it also reads the
-# thread's CPU clock around next() and calls
+# ``Epoch(timer, on_batch, on_end, on_error)`` is a whole plain epoch, so
+# that no Python frame sits between the user's loop and the Timer: it hands
+# out the timer's items, and for every stride-th one (the first always) it
+# also reads the thread's CPU clock around next() and calls
 # ``on_batch(index, t0, t1, prev_t1, cpu_ns, batch)``, which describes the
-# batch and returns the next stride. ``on_end(count, exc)`` is called once:
-# at exhaustion (exc None), when next() raises (exc is that exception, which
-# then reaches the loop unchanged), or when the epoch is dropped before its
-# end (a loop that broke out early; exc None); next() is never called again.
-# A KeyboardInterrupt or SystemExit inside on_batch goes to the loop; any
-# other exception there is the collector's fault: one RuntimeWarning names it
-# (``describing_failed``) and describing stops, the batches keep coming.
-# ``PyTimer`` and ``py_epoch`` below keep the same contract in Python where
-# the extension is missing.
+# batch and returns the next stride. When next() raises, ``on_error(exc)``
+# sees the exception, which then reaches the loop unchanged, and the epoch
+# goes on: a loop that catches it and asks again gets the loader's next
+# item, as from the loader itself. ``on_end(count)`` is called once: at
+# exhaustion, or when the epoch is dropped before its end (a loop that broke
+# out early, or that let an exception end it). A KeyboardInterrupt or
+# SystemExit inside on_batch goes to the loop; any other exception there is
+# the collector's fault: one RuntimeWarning names it (``describing_failed``)
+# and describing stops, the batches keep coming. ``PyTimer`` and
+# ``py_epoch`` below keep the same contract in Python where the extension is
+# missing, without a frame of theirs in any traceback (NOTE [ Transparent
+# iteration ]).
 
 
 class PyTimer:
@@ -55,15 +59,30 @@ class PyTimer:
         return self
 
     def __next__(self) -> Any:
+        out = self.step()
+        if out is None:
+            raise StopIteration
+        if isinstance(out, tuple):
+            return out[0]
+        raise out
+
+    def step(self) -> tuple[Any] | BaseException | None:
+        """One timed next(): ``(item,)``, None at the end, or the exception it raised, without this frame."""
         t0 = time.perf_counter_ns()
-        item = self._next()
+        try:
+            item = self._next()
+        except StopIteration:
+            return None
+        except BaseException as exc:  # noqa: BLE001 - handed back to be raised as it was
+            exc.__traceback__ = without_our_frames(exc.__traceback__)
+            return exc
         t1 = time.perf_counter_ns()
         slot = 2 * (self.count % self._capacity)
         self._ring[slot] = t0
         self._ring[slot + 1] = t1
         self.count += 1
         self.last = (t0, t1, None if self.last is None else self.last[1])
-        return item
+        return (item,)
 
     def drain(self) -> tuple[int, bytes]:
         start = max(self._read, self.count - self._capacity)
@@ -76,43 +95,61 @@ class PyTimer:
 
 
 OnBatch = Callable[[int, int, int, "int | None", int, Any], int]
-OnEnd = Callable[[int, "BaseException | None"], None]
+OnEnd = Callable[[int], None]
+OnError = Callable[[BaseException], None]
 
 
-def py_epoch(timer: Any, on_batch: OnBatch, on_end: OnEnd) -> Iterator[Any]:
-    """The pure-Python twin of ``collector.record._hotloop.Epoch``: a generator."""
-    cpu_clock = time.thread_time_ns
-    nxt = timer.__next__
-    failure: BaseException | None = None
-    try:
-        while True:
-            c0 = cpu_clock()
-            try:
-                batch = nxt()
-            except StopIteration:
-                return
-            cpu_ns = cpu_clock() - c0
-            t0, t1, prev = timer.last
-            try:
-                stride = max(1, on_batch(timer.count - 1, t0, t1, prev, cpu_ns, batch))
-            except Exception as exc:  # noqa: BLE001 - the collector's fault, never the loop's
-                describing_failed(exc)
-                yield batch
-                yield from timer
-                return
-            yield batch
-            if stride > 1:
-                before = timer.count
-                yield from islice(timer, stride - 1)
-                if timer.count - before < stride - 1:
-                    return  # exhausted
-    except GeneratorExit:  # the loop broke out early: not an error
-        raise
-    except BaseException as exc:
-        failure = exc
-        raise
-    finally:
-        on_end(timer.count, failure)
+class _PyEpoch:
+    """The state of one ``py_epoch``; its ``step`` is the iterator's next(). See NOTE [ Transparent iteration ]."""
+
+    def __init__(self, timer: PyTimer, on_batch: OnBatch, on_end: OnEnd, on_error: OnError) -> None:
+        self.timer = timer
+        self.on_batch: OnBatch | None = on_batch
+        self.on_end = on_end
+        self.on_error = on_error
+        self.countdown = 0
+        self.ended = False
+
+    def step(self) -> Any:
+        if self.ended:
+            return END
+        timer = self.timer
+        describe = self.countdown <= 0 and self.on_batch is not None
+        c0 = time.thread_time_ns() if describe else 0
+        out = timer.step()
+        if out is None:
+            self.end()
+            return END
+        if not isinstance(out, tuple):
+            with contextlib.suppress(Exception):  # the collector's fault: never the loop's
+                self.on_error(out)
+            return raising(out)
+        if not describe:
+            self.countdown -= 1
+            return out
+        cpu_ns = time.thread_time_ns() - c0
+        t0, t1, prev = timer.last  # type: ignore[misc]
+        try:
+            stride = self.on_batch(timer.count - 1, t0, t1, prev, cpu_ns, out[0])  # type: ignore[misc]
+        except Exception as exc:  # noqa: BLE001 - the collector's fault, never the loop's
+            describing_failed(exc)
+            self.on_batch = None
+            return out
+        self.countdown = max(1, stride) - 1
+        return out
+
+    def end(self) -> None:
+        if not self.ended:
+            self.ended = True
+            self.on_end(self.timer.count)
+
+    def __del__(self) -> None:  # dropped before its end: not an error
+        self.end()
+
+
+def py_epoch(timer: Any, on_batch: OnBatch, on_end: OnEnd, on_error: OnError) -> Iterator[Any]:
+    """The pure-Python twin of ``collector.record._hotloop.Epoch``."""
+    return transparent(_PyEpoch(timer, on_batch, on_end, on_error).step)
 
 
 def describing_failed(exc: BaseException) -> None:

@@ -4,34 +4,36 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import struct
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from collector.record.cuda_idle import cuda_active
 from collector.record.handover import EpochStarted, FirstBatch, Shared
 from collector.record.origin import user_frame, warn_at
+from collector.record.stride import adapt_stride
 from collector.sample.sampler import HostFactory, NvmlFactory, Rates
 from collector.writer.frames import (
     EPOCH,
     IDX,
     PAIR_BYTES,
-    T_RETURN,
     EpochRow,
     Flush,
     Open,
     Reply,
     RunCreated,
     RunStart,
+    Unwritten,
     Warned,
 )
-from collector.writer.link import Link, ProcessLink, connect, launch
+from collector.writer.link import launch
+from collector.writer.supervisor import RESTART_MIN_S, Supervisor
 
 FLUSH_INTERVAL_S = 0.2  # the issue asks for at least every 250 ms
 HEARTBEAT_INTERVAL_S = 1.0
-LINK_CLOSE_TIMEOUT_S = 8.0  # within the session's 10 s close
-PAIR_T_RETURN = struct.Struct("=q")  # one int64 of a Timer's (t_request_ns, t_return_ns) pairs
+LINK_CLOSE_TIMEOUT_S = 1.5  # within the session's close: a stuck writer is killed then
+_warned_in_process: set[str] = set()  # keys warned once per process, not per run (NOTE [ No GPU ])
 
 
 class Monitor(threading.Thread):
@@ -53,6 +55,7 @@ class Monitor(threading.Thread):
         wall_clock: Callable[[], float] = time.time,
         mono_ns: Callable[[], int] = time.perf_counter_ns,
         writer_in_process: bool = False,
+        cuda_in_use: Callable[[], bool] = cuda_active,
     ) -> None:
         super().__init__(name="stallwatch-monitor", daemon=True)
         if (nvml_factory or host_factory) and not writer_in_process:
@@ -77,13 +80,15 @@ class Monitor(threading.Thread):
         self._ended: set[int] = set()  # epochs whose end event arrived
         self._drained = 0  # records taken off the buffers
         self._unwritten = 0  # drained, then lost to a failed write or a missing file
-        self._link: Link | None = None
-        self._launched: ProcessLink | None = None
+        self._writer = Supervisor(self._opening, None)
+        self._cuda_in_use = cuda_in_use
+        self._no_gpu: str | None = None  # why NVML gives nothing, warned only if CUDA is in use
         self._run_update: dict[str, Any] = {}  # sent with the next flush
         self._epochs: dict[int, EpochRow] = {}
         self._dirty_epochs: set[int] = set()
         self._due = {"flush": 0.0, "beat": 0.0}
         self.final_status: tuple[str, str | None] | None = None
+        self._final: Flush | None = None
 
     # -- warnings -----------------------------------------------------------
 
@@ -95,12 +100,19 @@ class Monitor(threading.Thread):
         self._warnings_dirty = True
         warn_at(self._origin, message)
 
+    def _warn_no_gpu(self) -> None:
+        """NVML failing is worth a warning only where a GPU is in use: once per process. See NOTE [ No GPU ]."""
+        if self._no_gpu is None or "nvml" in _warned_in_process or not self._cuda_in_use():
+            return
+        _warned_in_process.add("nvml")
+        self.warn("nvml", self._no_gpu)
+
     # -- lifecycle ----------------------------------------------------------
 
     def start(self) -> None:
         """Launch the writer process here, on the caller's thread (NOTE [ Forked children ]), then run."""
         if not self._writer_in_process:
-            self._launched = launch(self._opening)
+            self._writer = Supervisor(self._opening, launch(self._opening))
         super().start()
 
     def run(self) -> None:
@@ -109,7 +121,7 @@ class Monitor(threading.Thread):
         finally:
             self.ready.set()
         while True:
-            next_due = min(self._due["flush"], float("inf") if self._link is None else self._link.due())
+            next_due = min(self._due["flush"], self._writer.due())
             wait_s = max(0.0, next_due - time.monotonic())
             stopping = self.stop_event.wait(min(wait_s, FLUSH_INTERVAL_S))
             try:
@@ -126,23 +138,32 @@ class Monitor(threading.Thread):
         self._close()
 
     def _open(self) -> None:
-        self._link, replies = connect(self._opening, self._launched, self._nvml_factory, self._host_factory)
-        self._launched = None
-        self._handle(replies)
+        self._handle(self._writer.connect(self._nvml_factory, self._host_factory))
 
     def _handle(self, replies: list[Reply]) -> None:
         for reply in replies:
             if isinstance(reply, RunCreated):
                 self.run_id = reply.run_id
             elif isinstance(reply, Warned):
-                self.warn(reply.key, reply.text)
-            else:
+                if reply.key == "nvml":
+                    self._no_gpu = reply.text
+                else:
+                    self.warn(reply.key, reply.text)
+            elif isinstance(reply, Unwritten):
                 self._unwritten += reply.records
+        self._warn_no_gpu()
 
     def _close(self) -> None:
-        if self._link is not None:
-            link, self._link = self._link, None
-            self._handle(link.close(LINK_CLOSE_TIMEOUT_S))
+        final = self._final
+        if final is None:
+            return
+        deadline = time.monotonic() + LINK_CLOSE_TIMEOUT_S
+        for _ in range(2):  # once more with a new writer if the end was lost with the last
+            replies, lost = self._writer.finish(final, deadline - time.monotonic())
+            self._handle(replies)
+            if not lost or deadline - time.monotonic() < RESTART_MIN_S:
+                return
+            final.update["warnings"] = json.dumps(list(self.warned.values()))
 
     # -- the tick -----------------------------------------------------------
 
@@ -150,8 +171,8 @@ class Monitor(threading.Thread):
         now = time.monotonic()
         wall = self._wall()
         due = self._due
-        if self._link is not None and now >= self._link.due():
-            self._link.sample()  # only where the writer runs in this thread
+        if now >= self._writer.due():
+            self._writer.sample()  # only where the writer runs in this thread
         if final or now >= due["flush"]:
             self._flush(wall, beat=final or now >= due["beat"], final=final)
             due["flush"] = now + FLUSH_INTERVAL_S
@@ -237,10 +258,7 @@ class Monitor(threading.Thread):
         timed = self._drain_timers()
         fetches = self._drain_fetches()
         idle = self.shared.resolver.resolve(self._mono_ns())
-        self._adapt_stride(chunks, timed)
-        if self._link is None:
-            self._unwritten += Flush(records=chunks, timed=timed).record_count()
-            return
+        adapt_stride(self.shared.stride, chunks, timed)
         update, self._run_update = self._run_update, {}
         if beat:
             update["heartbeat_at"] = wall
@@ -259,35 +277,12 @@ class Monitor(threading.Thread):
         epochs = [dataclasses.replace(self._epochs[e]) for e in sorted(self._dirty_epochs)]
         self._dirty_epochs.clear()
         flush = Flush(records=chunks, timed=timed, epochs=epochs, fetches=fetches, idle=idle, update=update)
-        try:
-            self._link.send(flush)
-        except OSError as exc:  # the writer process is gone
+        if final:
+            flush.iterated = sum(self._produced.values())
+            self._final = flush  # sent by _close, retried there: NOTE [ Final state ] in collector/writer/child.py
+            return
+        if not self._writer.send(flush):
             self._unwritten += flush.record_count()
-            self.warn("writer-gone", f"the writer process stopped ({exc}); training continues unrecorded")
-            self._link = None
-            return
-        self._handle(self._link.messages())
-
-    def _adapt_stride(self, chunks: dict[str, list[tuple[Any, ...]]], timed: list[tuple[int, int, bytes]]) -> None:
-        # NOTE [ Batch size sampling ]
-        # Walking a batch for its size and pinning costs about a microsecond;
-        # at tens of thousands of batches per second that is measurable. So
-        # each batch is described while the loop runs under ~200 batches/s,
-        # and every k-th batch above that (always the first of each epoch).
-        # The rate comes from the records' own clocks, so a pause in training
-        # between two flushes does not read as a slow loop.
-        spans = [(len(c), c[0][T_RETURN], c[-1][T_RETURN]) for c in chunks.values() if len(c) >= 2]
-        for _, _, pairs in timed:
-            if len(pairs) >= 2 * PAIR_BYTES:
-                spans.append(
-                    (
-                        len(pairs) // PAIR_BYTES,
-                        *PAIR_T_RETURN.unpack_from(pairs, 8),
-                        *PAIR_T_RETURN.unpack_from(pairs, len(pairs) - 8),
-                    )
-                )
-        if not spans:
-            return
-        n, first, last = max(spans)
-        rate = (n - 1) / ((last - first) / 1e9) if last > first else float("inf")
-        self.shared.stride[0] = max(1, min(1024, int(rate / 200.0) or 1))
+            if self._warnings_dirty is False and "warnings" in update:
+                self._warnings_dirty = True  # not sent: send them again with the next
+        self._handle(self._writer.messages())

@@ -36,13 +36,17 @@ def warn_at(origin: tuple[str, int], message: str) -> None:
 
     Most warnings come from the monitor thread, where no line of the user's is
     on the stack; as for any warning, the default filter shows each once per
-    process and line (a sweep's trials warn once).
+    process and line (a sweep's trials warn once). Under ``-W error`` the
+    warning is not shown, and nothing is raised: it is still stored with the run.
     """
     filename, lineno = origin
-    warnings.warn_explicit(
-        f"stallwatch: {message}",
-        CollectorWarning,
-        filename,
-        lineno,
-        registry=_WARNING_REGISTRIES.setdefault(filename, {}),
-    )
+    try:
+        warnings.warn_explicit(
+            f"stallwatch: {message}",
+            CollectorWarning,
+            filename,
+            lineno,
+            registry=_WARNING_REGISTRIES.setdefault(filename, {}),
+        )
+    except Exception:  # noqa: BLE001 - warnings turned into errors (-W error) must not stop the recording
+        pass

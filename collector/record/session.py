@@ -19,6 +19,7 @@ from typing import Any
 from collector.record import cuda_idle, loader_probe
 from collector.record.batchinfo import describe_batch
 from collector.record.cuda_idle import IdleResolver
+from collector.record.full_loop import FullLoop
 from collector.record.handover import EpochEnded, EpochStarted, FirstBatch, Shared
 from collector.record.hotloop import Epoch, Timer
 from collector.record.monitor import Monitor
@@ -35,8 +36,11 @@ from collector.writer.frames import RunStart
 # fastest loop we measured (135k batches/s), far more than one 0.2 s flush:
 # at most 13 MB in a deque (about 100 bytes a record), 2 MB in a ring.
 BUFFER_RECORDS = 1 << 17
-CLOSE_TIMEOUT_S = 10.0
+CLOSE_TIMEOUT_S = 2.5  # the monitor ends a stuck writer within LINK_CLOSE_TIMEOUT_S (1.5 s) of it
+CLOSE_GRACE_S = 1.0  # see Session.close_soon
+READY_TIMEOUT_S = 15.0  # a writer's start on a loaded machine (collector/writer/link.py START_TIMEOUT_S)
 NO_QUEUE = (None, None, None, None, None, None)
+SIGINT_EXIT = 130  # what a shell reports for a process ended by Ctrl-C
 
 _open_sessions: weakref.WeakSet[Session] = weakref.WeakSet()
 _hooks_lock = threading.Lock()
@@ -140,79 +144,66 @@ class Session:
                 events.append(FirstBatch(epoch, t_start, t1))
             return stride[0]
 
-        def on_end(count: int, failure: BaseException | None) -> None:
-            if failure is not None:
-                self.fail(failure)
+        def on_end(count: int) -> None:
             events.append(EpochEnded(epoch, time.perf_counter_ns(), count))
 
-        return Epoch(timer, on_batch, on_end)
+        return Epoch(timer, on_batch, on_end, self.count_error)
 
     def _full_loop(
         self, it: Iterator[Any], epoch: int, t_start: int, probe: loader_probe.Probe | None, cuda: bool
     ) -> Iterator[Any]:
-        append_queue = self.shared.records["queue"].append
-        append_sampled = self.shared.records["sampled"].append
-        cpu_clock = time.thread_time_ns
-        stride = self.shared.stride
-        clock = time.perf_counter_ns
-        nxt = it.__next__
-        pids = [] if probe is None else probe.worker_pids()
-        incarnation = None if probe is None else probe.incarnation
-        resolver = self.shared.resolver
-        new_event = cuda_idle.torch_event if cuda else None
-        prev = None
-        idx = 0
-        try:
-            while True:
-                ready, in_flight = (None, None) if probe is None else probe.depth()
-                if new_event is not None:
-                    before = new_event()
-                    before.record()
-                sampled = idx % stride[0] == 0
-                c0 = cpu_clock() if sampled else 0
-                t0 = clock()
-                try:
-                    batch = nxt()
-                except StopIteration:
-                    return
-                t1 = clock()
-                cpu_ns = cpu_clock() - c0 if sampled else 0
-                if new_event is not None:
-                    after = new_event()
-                    after.record()
-                    resolver.add((epoch, idx), before, after, t1)
-                last = None if probe is None else probe.last
-                worker: tuple[int | None, int | None, int | None, int | None]
-                if last is None:
-                    worker = (None, None, None, None)
-                else:
-                    w, seq = last
-                    worker = (w, pids[w] if w < len(pids) else None, incarnation, seq)
-                if sampled:
-                    info = describe_batch(batch)
-                    append_sampled((epoch, idx, t0, t1, prev, ready, in_flight, *worker, *info, cpu_ns))
-                    if idx == 0:
-                        self.shared.epoch_events.append(FirstBatch(epoch, t_start, t1))
-                else:
-                    append_queue((epoch, idx, t0, t1, prev, ready, in_flight, *worker))
-                prev = t1
-                idx += 1
-                yield batch
-        except GeneratorExit:
-            raise
-        except BaseException as exc:
-            self.fail(exc)
-            raise
-        finally:
-            self.shared.epoch_events.append(EpochEnded(epoch, clock(), idx))
+        return FullLoop(it, epoch, t_start, self.shared, probe, cuda, self.count_error).iterator()
 
     # -- ending -------------------------------------------------------------
 
-    def fail(self, exc: BaseException) -> None:
-        """Mark the run crashed (or interrupted) with the error text; the flush stores it."""
-        status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "crashed"
-        text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-        self.shared.status.update(status=status, error=text)
+    # NOTE [ How a run ends ]
+    # An exception the loader raises into the loop is counted (error_count,
+    # first_error, last_error) and changes nothing else: the loop may catch
+    # it and go on, as with the loader itself. The run is ``crashed`` (or
+    # ``interrupted`` for Ctrl-C) only when an exception ends the process
+    # (sys.excepthook) or the ``with`` block; ``exit_code`` is recorded when
+    # the process is known to exit non-zero: an uncaught exception (1), Ctrl-C
+    # (130, as a shell reports a SIGINT death), ``sys.exit(n)`` leaving the
+    # with-block or the script under ``collector run``.
+
+    def count_error(self, exc: BaseException) -> None:
+        """An exception from the loader reached the loop (a KeyboardInterrupt or SystemExit is not counted)."""
+        if not isinstance(exc, Exception):
+            return
+        status = self.shared.status
+        text = error_text(exc)
+        status["error_count"] = status.get("error_count", 0) + 1
+        status.setdefault("first_error", text)
+        status["last_error"] = text
+
+    def fail(self, exc: BaseException, process_ends: bool = False) -> None:
+        """An exception ended the with-block or the process: mark the run crashed, interrupted or exited."""
+        status = self.shared.status
+        if isinstance(exc, SystemExit):
+            code = exit_code(exc)
+            status["status"] = "completed" if code == 0 else "crashed"
+            if code != 0:
+                status.update(exit_code=code, error=error_text(exc))
+            return
+        status.update(status="interrupted" if isinstance(exc, KeyboardInterrupt) else "crashed", error=error_text(exc))
+        if process_ends:
+            status["exit_code"] = SIGINT_EXIT if isinstance(exc, KeyboardInterrupt) else 1
+
+    def exited(self, code: int) -> None:
+        """The process is about to exit with ``code`` (``collector run`` knows it)."""
+        if code != 0:
+            self.shared.status["exit_code"] = code
+            self.shared.status.setdefault("status", "crashed")
+
+    def close_soon(self) -> None:
+        """Close in CLOSE_GRACE_S, on a thread of its own: the loader was let go (NOTE [ Weak loader ]).
+
+        The loop that let it go may be unwinding from an exception that is about
+        to end the process; closing a moment later lets ``process_ends`` say so.
+        """
+        timer = threading.Timer(CLOSE_GRACE_S, self.close)
+        timer.daemon = True
+        timer.start()
 
     def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
         """Flush everything and mark the run ended. Idempotent; never raises."""
@@ -242,12 +233,28 @@ def _install_process_hooks() -> None:
         previous = sys.excepthook
 
         def excepthook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
-            for session in list(_open_sessions):
-                session.fail(value)
+            process_ends(value)
             previous(kind, value, tb)
 
         sys.excepthook = excepthook
         atexit.register(close_all)
+
+
+def process_ends(exc: BaseException) -> None:
+    """``exc`` is about to end the process: every open run records how (NOTE [ How a run ends ])."""
+    for session in list(_open_sessions):
+        session.fail(exc, process_ends=True)
+
+
+def error_text(exc: BaseException) -> str:
+    return "".join(traceback.format_exception_only(type(exc), exc)).strip()
+
+
+def exit_code(exc: SystemExit) -> int:
+    """The status ``sys.exit(code)`` gives the process, as Python computes it."""
+    if exc.code is None:
+        return 0
+    return exc.code if isinstance(exc.code, int) else 1
 
 
 def close_all() -> None:

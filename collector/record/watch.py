@@ -9,7 +9,7 @@ from types import TracebackType
 from typing import Any
 
 from collector.record.runinfo import generated_name
-from collector.record.session import CLOSE_TIMEOUT_S, Session
+from collector.record.session import READY_TIMEOUT_S, Session
 from collector.sample.sampler import Rates
 from collector.store.schema import DEFAULT_DB, default_db_path
 
@@ -35,7 +35,7 @@ class WatchedLoader:
     @property
     def run_id(self) -> int | None:
         """The run's id in the file, once the monitor has created it."""
-        self._session.monitor.ready.wait(CLOSE_TIMEOUT_S)
+        self._session.monitor.ready.wait(READY_TIMEOUT_S)
         return self._session.monitor.run_id
 
     @property
@@ -94,6 +94,10 @@ def watch(
     if run is not None and (not isinstance(run, str) or not run.strip()):
         raise ValueError(f"run must be a non-empty string naming the run, got {run!r}")
     rates = Rates(gpu_hz=gpu_hz, host_hz=host_hz)
+    if tags is not None and not isinstance(tags, Mapping):
+        raise TypeError(
+            f"tags must be a mapping of names to values, e.g. tags={{'lr': 0.1}}, got {type(tags).__name__}"
+        )
     name = run if run is not None else generated_name(int(time.time() * 1000) ^ os.getpid())
     session = Session(loader, path, name, rates, dict(tags or {}), **monitor_kwargs)
     return WatchedLoader(loader, session)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Callable
+from types import FrameType, TracebackType
 from typing import Any
 
 from collector.writer.frames import FETCH
@@ -133,19 +135,44 @@ class TimedFetcher:
     def fetch(self, possibly_batched_index: Any) -> Any:
         t0 = time.perf_counter()
         c0 = time.thread_time()
-        reached_data = True
         try:
-            return self._inner.fetch(possibly_batched_index)
+            data = self._inner.fetch(possibly_batched_index)
         except StopIteration:
-            reached_data = False  # the end of an IterableDataset: no batch, not counted
-            raise
-        finally:
-            if reached_data:
-                cpu_s = time.thread_time() - c0
-                wall_s = time.perf_counter() - t0
-                seq = self._seq
-                self._seq = seq + 1
-                try:
-                    self._write(self._worker_id, (*self._key, seq, self._wall_offset + t0, wall_s, cpu_s))
-                except Exception:  # noqa: BLE001 - timing is optional; the batch is not
-                    pass
+            raise  # the end of an IterableDataset: no batch, not counted
+        except Exception as exc:  # noqa: BLE001 - handed on as torch's worker loop would
+            self._record(t0, c0)
+            return worker_failure(exc, self._worker_id, sys._getframe(1))
+        self._record(t0, c0)
+        return data
+
+    def _record(self, t0: float, c0: float) -> None:
+        cpu_s = time.thread_time() - c0
+        wall_s = time.perf_counter() - t0
+        seq = self._seq
+        self._seq = seq + 1
+        try:
+            self._write(self._worker_id, (*self._key, seq, self._wall_offset + t0, wall_s, cpu_s))
+        except Exception:  # noqa: BLE001 - timing is optional; the batch is not
+            pass
+
+
+# NOTE [ A worker's exception ]
+# torch's worker loop catches what ``fetcher.fetch(index)`` raises and sends
+# ``ExceptionWrapper(where="in DataLoader worker process N")``, whose text
+# holds the worker's traceback; the training process raises it. Re-raised
+# through our fetch, that text would gain a line of ours, so the timed
+# fetcher builds the same wrapper itself, from a traceback that starts at the
+# worker loop's line and skips our frame, and returns it: the loop sends it
+# on and the user reads exactly what the plain loader gives.
+
+
+def worker_failure(exc: Exception, worker_id: int, caller: FrameType) -> Any:
+    """What torch's worker loop sends for ``exc``, as if our fetch were not there; re-raises where it cannot."""
+    try:
+        from torch._utils import ExceptionWrapper
+
+        inner = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
+        tb = TracebackType(inner, caller, caller.f_lasti, caller.f_lineno)
+        return ExceptionWrapper(exc_info=(type(exc), exc, tb), where=f"in DataLoader worker process {worker_id}")
+    except Exception:  # noqa: BLE001 - a torch without these: raise as before, one line of ours more
+        raise exc from None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -127,3 +127,23 @@ def host_facts() -> dict[str, Any]:
         "usable_cores": usable,
         "ram_bytes": int(_psutil.virtual_memory().total),
     }
+
+
+def end_orphans(pids: Iterable[int], parent_pid: int, since: float) -> list[int]:
+    """SIGTERM the DataLoader workers a dead training process left behind; the pids ended.
+
+    Only processes started since ``since`` (Unix seconds) whose parent is no
+    longer ``parent_pid``: a worker stuck flushing its result queue to a dead
+    parent would otherwise never exit (NOTE [ Orphaned workers ] in
+    collector/writer/child.py).
+    """
+    ended = []
+    for pid in pids:
+        try:
+            proc = _psutil.Process(pid)
+            if proc.ppid() != parent_pid and proc.create_time() >= since - 1.0:
+                proc.terminate()
+                ended.append(pid)
+        except (_psutil.Error, OSError):  # gone already, or not ours to end
+            continue
+    return ended

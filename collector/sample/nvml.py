@@ -49,20 +49,31 @@ class Nvml:
         self._handles: dict[int, Any] = {}
         self._last_seen_us: dict[int, int] = {}
         self._use_samples = True
+        self.unavailable: str | None = None  # why there are no GPU samples (no driver, no GPU), for the run record
         try:
             nv = pynvml if pynvml is not None else _load_pynvml()
         except ImportError as exc:
-            warn("nvml", NO_DRIVER_HINT.format(reason=_describe(exc)))
+            self._no_gpu(_describe(exc))
             return
         try:
             nv.nvmlInit()
             count = nv.nvmlDeviceGetCount()
             self._all = {i: nv.nvmlDeviceGetHandleByIndex(i) for i in range(count)}
         except (nv.NVMLError, OSError) as exc:  # no driver, no library: no GPU data
-            warn("nvml", NO_DRIVER_HINT.format(reason=_describe(exc)))
+            self._no_gpu(_describe(exc))
             return
         self._nv = nv
         self._handles = self._visible(self._all)
+        if not self._handles:
+            self.unavailable = "NVML found no GPU" + (" in CUDA_VISIBLE_DEVICES" if self._all else "")
+
+    def _no_gpu(self, reason: str) -> None:
+        # NOTE [ No GPU ]
+        # A CPU-only machine is a normal state: the reason goes into the run's
+        # host record ("no_gpu") and is handed on under the key "nvml"; the
+        # monitor warns with it only if the training process uses CUDA.
+        self.unavailable = f"NVML is not available ({reason})"
+        self._warn("nvml", NO_DRIVER_HINT.format(reason=reason))
 
     @property
     def available(self) -> bool:

@@ -32,6 +32,9 @@ SAMPLE_TABLES = ("gpu_samples", "host_samples", "proc_samples")
 # and this Sampler run in the monitor thread together.
 
 
+MAX_HZ = 100.0  # NVML buffers about 6 samples a second; psutil above 100 Hz costs the writer a core
+
+
 @dataclass(frozen=True)
 class Rates:
     gpu_hz: float = 10.0
@@ -40,8 +43,12 @@ class Rates:
     def __post_init__(self) -> None:
         for name in ("gpu_hz", "host_hz"):
             value = getattr(self, name)
-            if not isinstance(value, (int, float)) or value < 0:
-                raise ValueError(f"{name} must be a number >= 0 (0 turns that sampling off), got {value!r}")
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not number or not 0 <= value <= MAX_HZ:  # NaN fails both comparisons
+                raise ValueError(
+                    f"{name} must be a number of samples per second from 0 to {MAX_HZ:g} "
+                    f"(0 turns that sampling off), got {value!r}"
+                )
 
 
 class Sampler:
@@ -71,6 +78,7 @@ class Sampler:
         self._update: dict[str, Any] = {}
         self._workers: dict[int, int] = {}  # pid -> worker id, of the newest epoch
         self._newest_epoch = -1
+        self._handed = 0  # rows handed on by take()
         self._nvml: Nvml | None = None
         self._host: HostSampler | None = None
         self._due = {"gpu": float("inf"), "host": float("inf"), "detail": 0.0, "devices": 0.0}
@@ -81,6 +89,7 @@ class Sampler:
                 self._due["gpu"] = 0.0
                 self._update["host"] = json.dumps({**host_facts, "gpus": nvml.device_info()}, default=str)
             else:
+                self._update["host"] = json.dumps({**host_facts, "gpus": [], "no_gpu": nvml.unavailable}, default=str)
                 nvml.close()
         if rates.host_hz > 0:
             self._host = (host_factory or (lambda w: HostSampler(w, main_pid=main_pid)))(warn)
@@ -116,6 +125,15 @@ class Sampler:
                 due["detail"] = now + max(DETAIL_MEMORY_INTERVAL_S, spent / DETAIL_MEMORY_BUDGET)
             due["host"] = now + 1.0 / self.rates.host_hz
 
+    @property
+    def taken(self) -> int:
+        """Sample rows taken so far, written or not (NOTE [ Accounting ] in collector/store/connection.py)."""
+        return self._handed + sum(len(r) for r in self._rows.values())
+
+    def workers(self) -> list[int]:
+        """The pids of the newest epoch's workers."""
+        return list(self._workers)
+
     def see_workers(self, epoch: int, worker_pids: list[int]) -> None:
         """Follow the workers of the newest epoch: ``worker_pids[i]`` is worker i's pid."""
         if epoch > self._newest_epoch:
@@ -125,6 +143,7 @@ class Sampler:
     def take(self) -> tuple[dict[str, list[tuple[Any, ...]]], dict[str, Any]]:
         """The rows sampled since the last take, and the run update (the GPUs found), once."""
         rows, self._rows = self._rows, {table: [] for table in SAMPLE_TABLES}
+        self._handed += sum(len(r) for r in rows.values())
         update, self._update = self._update, {}
         return rows, update
 

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from collector.errors import NotAStallwatchFile, SchemaTooNew
+from collector.errors import CannotWrite, NotAStallwatchFile, SchemaTooNew
 from collector.store.schema import APP_ID, DDL, MIGRATIONS, SCHEMA_VERSION
 
 BUSY_TIMEOUT_MS = 5_000
@@ -55,6 +55,39 @@ def fetch_insert_sql(run_id: int) -> str:
     return f"INSERT OR REPLACE INTO worker_fetches VALUES ({int(run_id)}, ?, ?, ?, ?, ?, ?, ?)"
 
 
+# NOTE [ Accounting ]
+# For every run, rows stored + dropped = handed out, for batches (handed to
+# the loop) and samples (taken by the writers). Losses happen where no one
+# can count them (a writer killed with frames in its pipe, a file deleted
+# under it), so the end of a run does not add up losses: its last write sets
+# each dropped count to what is missing from the run's rows, in SQL, from the
+# totals: the batches the loop was handed (the monitor counts them) and the
+# samples every writer of the run took (each tells the monitor as it takes
+# them; a replacement learns its predecessors' total in its Open frame).
+# Heartbeats store the monitor's running estimate.
+DROPPED_UPDATE = (
+    "UPDATE runs SET dropped_records = MAX(0, ? - (SELECT COUNT(*) FROM batches WHERE run_id = ?)),"
+    " dropped_samples = MAX(0, ? - (SELECT COUNT(*) FROM gpu_samples WHERE run_id = ?)"
+    " - (SELECT COUNT(*) FROM host_samples WHERE run_id = ?) - (SELECT COUNT(*) FROM proc_samples WHERE run_id = ?))"
+    " WHERE id = ?"
+)
+
+
+def cannot_write(path: str, exc: BaseException) -> str:
+    """Why ``path`` cannot be opened for writing, in words: the directory, permission, a full disk."""
+    directory = os.path.dirname(os.path.abspath(path))
+    text = str(exc)
+    if not os.path.isdir(directory):
+        return f"the directory {directory} does not exist"
+    if "full" in text:
+        return f"the disk holding {path} is full"
+    if not os.access(directory, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        return f"no permission to write {path} (or its directory, for the -wal and -shm files beside it)"
+    if "readonly" in text or "read-only" in text:
+        return f"{path} is on read-only storage"
+    return f"cannot open {path} for writing: {text}"
+
+
 GPU_IDLE_UPDATE = "UPDATE batches SET gpu_idle_s = ? WHERE run_id = ? AND epoch = ? AND idx = ?"
 
 
@@ -71,7 +104,13 @@ def check_meta(conn: sqlite3.Connection, path: str) -> int:
     meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
     if meta.get("app") != APP_ID:
         raise NotAStallwatchFile(f"{path} is another program's SQLite database")
-    version = int(meta.get("schema_version", "0"))
+    raw = meta.get("schema_version", "0")
+    try:
+        version = int(raw)
+    except (TypeError, ValueError):
+        raise NotAStallwatchFile(
+            f"{path} has a schema version stallwatch never writes ({raw!r}): the file is damaged"
+        ) from None
     if version > SCHEMA_VERSION:
         raise SchemaTooNew(
             f"{path} has schema version {version}, newer than this stallwatch "
@@ -92,14 +131,17 @@ class Store:
         # timeout rather than read as a broken file.
         deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
         while True:
-            self.conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+            try:
+                self.conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+            except sqlite3.Error as exc:
+                raise CannotWrite(cannot_write(self.path, exc)) from exc
             try:
                 self._prepare()
                 return
             except sqlite3.OperationalError as exc:
                 self.conn.close()
                 if "locked" not in str(exc) and "busy" not in str(exc):
-                    raise NotAStallwatchFile(f"{self.path} is not a stallwatch file: {exc}") from exc
+                    raise CannotWrite(cannot_write(self.path, exc)) from exc
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(random.uniform(0.005, 0.05))
@@ -202,6 +244,9 @@ class Store:
         assert run_id is not None
         return run_id
 
+    def has_run(self, run_id: int) -> bool:
+        return self.conn.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is not None
+
     def write(
         self,
         rows: Mapping[str, Iterable[Row]],
@@ -209,11 +254,14 @@ class Store:
         run_update: dict[str, Any] | None = None,
         run_id: int | None = None,
         statements: Iterable[tuple[str, Iterable[Row]]] = (),
+        totals: tuple[int, int] | None = None,
     ) -> None:
         """Insert batched rows, upsert epochs and update the run in one transaction.
 
         ``rows`` maps a sample table to its rows; ``statements`` are (sql, rows)
         pairs built by ``batch_insert_sql`` and ``fetch_insert_sql`` or ``GPU_IDLE_UPDATE``.
+        ``totals`` (batches iterated, samples taken) sets the run's dropped
+        counts to what is missing from its rows: see NOTE [ Accounting ].
         """
         with self.transaction() as conn:
             for sql, sql_rows in statements:
@@ -229,6 +277,8 @@ class Store:
             if run_update and run_id is not None:
                 columns = ", ".join(f"{key} = ?" for key in run_update)
                 conn.execute(f"UPDATE runs SET {columns} WHERE id = ?", (*run_update.values(), run_id))
+            if totals is not None and run_id is not None:
+                conn.execute(DROPPED_UPDATE, (totals[0], run_id, totals[1], run_id, run_id, run_id, run_id))
 
     def close(self) -> None:
         self.conn.close()

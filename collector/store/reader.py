@@ -7,13 +7,14 @@ import os
 import socket
 import sqlite3
 import time
+import urllib.parse
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import pandas as pd
 
-from collector.errors import NotAStallwatchFile, UnknownRun
+from collector.errors import CannotRead, NotAStallwatchFile, UnknownRun
 from collector.store.connection import check_meta
 from collector.store.schema import RUN_DEFAULTS
 
@@ -73,17 +74,32 @@ class Reader:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
         if not os.path.exists(self.path):
+            blocked = _closed_folder(self.path)
+            if blocked is not None:
+                raise CannotRead(f"no permission to look into {blocked}, which holds {self.path}")
             raise NotAStallwatchFile(f"{self.path} does not exist")
         if os.path.isdir(self.path):
             raise NotAStallwatchFile(f"{self.path} is a directory, not a stallwatch file")
+        if not os.access(self.path, os.R_OK):
+            raise CannotRead(f"no permission to read {self.path}")
         if os.path.getsize(self.path) == 0:
             raise NotAStallwatchFile(f"{self.path} is an empty file, not a stallwatch file")
         with self.connect() as conn:
             check_meta(conn, self.path)
 
+    # NOTE [ Reading never writes ]
+    # A read-only connection to a WAL file still creates its -wal and -shm
+    # files, and cannot open at all where it may not create them (read-only
+    # media, a directory the user cannot write). A file whose writers have
+    # all closed it has no -wal file: everything is in the file itself, so it
+    # is opened ``immutable``, which touches nothing beside it. A live file
+    # (its -wal there) is opened read-only in WAL mode and read live.
     @contextmanager
     def connect(self) -> Iterator[sqlite3.Connection]:
-        uri = "file:" + self.path.replace("?", "%3f").replace("#", "%23") + "?mode=ro"
+        live = os.path.exists(self.path + "-wal")
+        uri = (
+            "file:" + urllib.parse.quote(os.path.abspath(self.path)) + ("?mode=ro" if live else "?mode=ro&immutable=1")
+        )
         try:
             conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=5.0)
         except sqlite3.Error as exc:
@@ -91,9 +107,18 @@ class Reader:
         try:
             yield conn
         except sqlite3.DatabaseError as exc:
-            raise NotAStallwatchFile(f"{self.path} is not a readable stallwatch file: {exc}") from exc
+            raise self._explain(exc, live) from exc
         finally:
             conn.close()
+
+    def _explain(self, exc: sqlite3.DatabaseError, live: bool) -> NotAStallwatchFile:
+        text = str(exc)
+        if live and ("unable to open" in text or "readonly" in text):
+            return CannotRead(
+                f"{self.path} is being written (or its writer was killed) and its -shm file cannot be created "
+                f"here (read-only storage or no write permission): copy {self.path} and {self.path}-wal elsewhere"
+            )
+        return NotAStallwatchFile(f"{self.path} is not a readable stallwatch file: {text}")
 
     def frame(self, sql: str, params: Sequence[Any] = ()) -> pd.DataFrame:
         with self.connect() as conn:
@@ -115,9 +140,7 @@ class Reader:
             if column not in df.columns:
                 df[column] = default
         for column in JSON_COLUMNS:
-            df[column] = [
-                json.loads(v) if isinstance(v, str) and v else ({} if column != "warnings" else []) for v in df[column]
-            ]
+            df[column] = [_json(v, [] if column == "warnings" else {}) for v in df[column]]
         now = time.time()
         df["state"] = [
             run_state(s, h, hostname=hn, pid=p, now=now)
@@ -178,6 +201,28 @@ class Reader:
     def proc_samples(self, run_id: int, since_ts: float | None = None) -> pd.DataFrame:
         where, params = _since("p", run_id, since_ts)
         return self.frame(f"SELECT * FROM proc_samples p {where} ORDER BY p.ts", params)
+
+
+def _closed_folder(path: str) -> str | None:
+    """The innermost existing folder above ``path`` that this user may not look into, if any."""
+    folder = os.path.dirname(os.path.abspath(path))
+    while not os.path.isdir(folder) and folder != os.path.dirname(folder):
+        folder = os.path.dirname(folder)
+    while folder != os.path.dirname(folder):
+        if not os.access(folder, os.X_OK):
+            return folder
+        folder = os.path.dirname(folder)
+    return None
+
+
+def _json(value: Any, empty: Any) -> Any:
+    """A JSON column's value; a damaged one reads as empty, its text kept under "unreadable"."""
+    if not isinstance(value, str) or not value:
+        return empty
+    try:
+        return json.loads(value)
+    except ValueError:
+        return [f"unreadable: {value}"] if isinstance(empty, list) else {"unreadable": value}
 
 
 def _since(alias: str, run_id: int, since_ts: float | None, ts_column: str = "ts") -> tuple[str, tuple[Any, ...]]:

@@ -78,6 +78,8 @@ class Open:
     wall0_s: float
     perf0_ns: int
     rates: Rates
+    run_id: int | None = None  # a replacement writer goes on with this run (NOTE [ Writer health ])
+    samples_before: int = 0  # samples earlier writers of this run took (NOTE [ Accounting ])
 
     def __post_init__(self) -> None:
         # Only plain built-ins cross the pipe (NOTE [ Frames ]): a
@@ -117,6 +119,7 @@ class Flush:
     fetches: list[bytes] = field(default_factory=list)
     idle: list[tuple[tuple[int, int], float | None]] = field(default_factory=list)
     update: dict[str, Any] = field(default_factory=dict)
+    iterated: int | None = None  # the final flush: batches handed to the loop in all (NOTE [ Accounting ])
 
     def record_count(self) -> int:
         """Batches in this frame (a described batch is also among the timed pairs: counted once)."""
@@ -143,8 +146,22 @@ class Unwritten(NamedTuple):
     records: int  # batches lost to a failed write
 
 
-Reply = RunCreated | Warned | Unwritten
-_REPLY_TAGS: dict[type, str] = {RunCreated: "run_id", Warned: "warn", Unwritten: "unwritten"}
+class Taken(NamedTuple):
+    samples: int  # sample rows this writer has taken so far (NOTE [ Accounting ])
+
+
+class Alive(NamedTuple):
+    """The writer's ping, also while it waits on SQLite (NOTE [ Writer health ])."""
+
+
+Reply = RunCreated | Warned | Unwritten | Taken | Alive
+_REPLY_TAGS: dict[type, str] = {
+    RunCreated: "run_id",
+    Warned: "warn",
+    Unwritten: "unwritten",
+    Taken: "taken",
+    Alive: "alive",
+}
 _REPLY_TYPES = {tag: kind for kind, tag in _REPLY_TAGS.items()}
 
 
@@ -158,21 +175,31 @@ def open_failure(db_path: str, exc: BaseException) -> Warned:
 # decoding it can never run code or import a module. It encodes exact tuples
 # only, so each message travels as a tagged tuple and is named again on
 # arrival (decode_frame, decode_replies):
-#   ("open", db_path, run_start_fields, wall0_s, perf0_ns, (gpu_hz, host_hz))
-#   ("flush", records, timed, epoch_rows, fetches, idle, update)
+#   ("open", db_path, run_start_fields, wall0_s, perf0_ns, (gpu_hz, host_hz), run_id, samples_before)
+#   ("flush", records, timed, epoch_rows, fetches, idle, update, iterated)
 #   ("close",)
 # and the writer's replies are lists of ("run_id", id) | ("warn", key, text)
-# | ("unwritten", records). Epoch rows travel as tuples in EpochRow's order.
+# | ("unwritten", records) | ("taken", samples) | ("alive",). Epoch rows travel as tuples in EpochRow's order.
 Frame = Open | Flush | Close
 
 
 def encode_frame(frame: Frame) -> bytes:
     if isinstance(frame, Open):
         rates = (frame.rates.gpu_hz, frame.rates.host_hz)
-        payload: tuple[Any, ...] = ("open", frame.db_path, vars(frame.start), frame.wall0_s, frame.perf0_ns, rates)
+        start = vars(frame.start)
+        payload: tuple[Any, ...] = (
+            "open",
+            frame.db_path,
+            start,
+            frame.wall0_s,
+            frame.perf0_ns,
+            rates,
+            frame.run_id,
+            frame.samples_before,
+        )
     elif isinstance(frame, Flush):
         epochs = [dataclasses.astuple(row) for row in frame.epochs]
-        payload = ("flush", frame.records, frame.timed, epochs, frame.fetches, frame.idle, frame.update)
+        payload = ("flush", frame.records, frame.timed, epochs, frame.fetches, frame.idle, frame.update, frame.iterated)
     else:
         payload = ("close",)
     return frame_bytes(payload)
@@ -184,11 +211,11 @@ def decode_frame(payload: Any) -> Frame | None:
         return None
     tag, *rest = payload
     if tag == "open":
-        db_path, start, wall0_s, perf0_ns, rates = rest
-        return Open(db_path, RunStart(**start), wall0_s, perf0_ns, Rates(*rates))
+        db_path, start, wall0_s, perf0_ns, rates, run_id, samples_before = rest
+        return Open(db_path, RunStart(**start), wall0_s, perf0_ns, Rates(*rates), run_id, samples_before)
     if tag == "flush":
-        records, timed, epochs, fetches, idle, update = rest
-        return Flush(records, timed, [EpochRow(*row) for row in epochs], fetches, idle, update)
+        records, timed, epochs, fetches, idle, update, iterated = rest
+        return Flush(records, timed, [EpochRow(*row) for row in epochs], fetches, idle, update, iterated)
     if tag == "close":
         return Close()
     return None

@@ -1,0 +1,97 @@
+"""The per-batch loop for loaders with workers or CUDA: queue depth, worker ids and GPU idle events, one tuple a batch."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from collector.record import cuda_idle, loader_probe
+from collector.record.batchinfo import describe_batch
+from collector.record.handover import EpochEnded, FirstBatch, Shared
+from collector.record.transparent import END, raising, transparent
+
+
+class FullLoop:
+    """One epoch's state; ``step`` is its iterator's next(). See NOTE [ Transparent iteration ]."""
+
+    def __init__(
+        self,
+        it: Iterator[Any],
+        epoch: int,
+        t_start: int,
+        shared: Shared,
+        probe: loader_probe.Probe | None,
+        cuda: bool,
+        on_error: Callable[[BaseException], None],
+    ) -> None:
+        self._next = it.__next__
+        self.epoch = epoch
+        self.t_start = t_start
+        self.shared = shared
+        self.probe = probe
+        self.pids = [] if probe is None else probe.worker_pids()
+        self.incarnation = None if probe is None else probe.incarnation
+        self.new_event = cuda_idle.torch_event if cuda else None
+        self.on_error = on_error
+        self.prev: int | None = None
+        self.idx = 0
+        self.ended = False
+
+    def iterator(self) -> Iterator[Any]:
+        return transparent(self.step)
+
+    def step(self) -> Any:
+        if self.ended:
+            return END
+        probe, shared, idx, epoch = self.probe, self.shared, self.idx, self.epoch
+        ready, in_flight = (None, None) if probe is None else probe.depth()
+        before = None
+        if self.new_event is not None:
+            before = self.new_event()
+            before.record()
+        sampled = idx % shared.stride[0] == 0
+        c0 = time.thread_time_ns() if sampled else 0
+        t0 = time.perf_counter_ns()
+        try:
+            batch = self._next()
+        except StopIteration:
+            self.end()
+            return END
+        except BaseException as exc:  # noqa: BLE001 - handed to the loop as it was raised
+            try:
+                self.on_error(exc)
+            except Exception:  # noqa: BLE001 - the collector's fault: never the loop's
+                pass
+            return raising(exc)
+        t1 = time.perf_counter_ns()
+        cpu_ns = time.thread_time_ns() - c0 if sampled else 0
+        if before is not None and self.new_event is not None:
+            after = self.new_event()
+            after.record()
+            shared.resolver.add((epoch, idx), before, after, t1)
+        last = None if probe is None else probe.last
+        worker: tuple[int | None, int | None, int | None, int | None]
+        if last is None:
+            worker = (None, None, None, None)
+        else:
+            w, seq = last
+            worker = (w, self.pids[w] if w < len(self.pids) else None, self.incarnation, seq)
+        if sampled:
+            info = describe_batch(batch)
+            shared.records["sampled"].append((epoch, idx, t0, t1, self.prev, ready, in_flight, *worker, *info, cpu_ns))
+            if idx == 0:
+                shared.epoch_events.append(FirstBatch(epoch, self.t_start, t1))
+        else:
+            shared.records["queue"].append((epoch, idx, t0, t1, self.prev, ready, in_flight, *worker))
+        self.prev = t1
+        self.idx = idx + 1
+        return (batch,)
+
+    def end(self) -> None:
+        if not self.ended:
+            self.ended = True
+            self.shared.epoch_events.append(EpochEnded(self.epoch, time.perf_counter_ns(), self.idx))
+
+    def __del__(self) -> None:  # the loop broke out early, or an exception ended it
+        self.end()

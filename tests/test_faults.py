@@ -1,0 +1,277 @@
+"""Fault injection on the recording: each fault, the run's final state, and rows stored + dropped = handed out.
+
+Real SQLite files, a real size-capped tmpfs (mounted where the test runs as
+root), real SIGKILL and SIGSTOP of the writer child. NOTE [ Accounting ] in
+collector/store/connection.py states the invariant these tests hold.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import itertools
+import os
+import signal
+import sqlite3
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from conftest import query, wait_until
+
+import collector
+from collector.writer.supervisor import MAX_RESTARTS
+
+
+def ticking(pause_s: float = 0.0005) -> Iterator[int]:
+    """An endless loader: one item every ``pause_s``, so flushes and samples happen while it runs."""
+    for i in itertools.count():
+        time.sleep(pause_s)
+        yield i
+
+
+class Recording:
+    """A watched endless loader, iterated on demand from the test thread."""
+
+    def __init__(self, db: str, host_hz: float = 5.0) -> None:
+        self.loader = collector.watch(ticking(), db=db, run="faulty", gpu_hz=0, host_hz=host_hz)
+        assert self.loader.run_id is not None
+        self.monitor = self.loader._session.monitor
+        self.db = db
+        self._it = iter(self.loader)
+        self.iterated = 0
+
+    def take(self, n: int) -> None:
+        for _ in range(n):
+            next(self._it)
+            self.iterated += 1
+
+    @property
+    def writer_pid(self) -> int | None:
+        link = self.monitor._writer.link
+        return getattr(link, "pid", None)
+
+    def samples_taken(self) -> int:
+        writer = self.monitor._writer
+        return writer._taken_before + writer._taken_now
+
+    def take_until(self, predicate: Any, timeout_s: float = 10.0) -> float:
+        """Iterate until ``predicate()``; the seconds it took."""
+        started = time.monotonic()
+        while not predicate():
+            assert time.monotonic() - started < timeout_s, "the recording did not heal in time"
+            self.take(20)
+        return time.monotonic() - started
+
+    def close(self) -> float:
+        started = time.monotonic()
+        self.loader.close()
+        return time.monotonic() - started
+
+
+def accounts(db: str, name: str = "faulty") -> dict[str, Any]:
+    (row,) = query(
+        db,
+        "SELECT id, status, dropped_records, dropped_samples, warnings,"
+        " (SELECT COUNT(*) FROM batches b WHERE b.run_id = r.id),"
+        " (SELECT COUNT(*) FROM host_samples h WHERE h.run_id = r.id)"
+        " + (SELECT COUNT(*) FROM proc_samples p WHERE p.run_id = r.id)"
+        " + (SELECT COUNT(*) FROM gpu_samples g WHERE g.run_id = r.id)"
+        " FROM runs r WHERE name = ? ORDER BY id DESC LIMIT 1",
+        (name,),
+    )
+    keys = ("id", "status", "dropped_records", "dropped_samples", "warnings", "rows", "sample_rows")
+    return dict(zip(keys, row, strict=True))
+
+
+def assert_every_loss_counted(rec: Recording, got: dict[str, Any]) -> None:
+    assert got["rows"] + got["dropped_records"] == rec.iterated
+    assert got["sample_rows"] + got["dropped_samples"] == rec.samples_taken()
+
+
+def writers_alive() -> list[psutil.Process]:
+    """Writer processes of this test process that have not exited (an exited one not yet reaped is not alive)."""
+    alive = []
+    for p in psutil.Process().children():
+        with contextlib.suppress(psutil.ZombieProcess, psutil.NoSuchProcess):
+            if "collector.writer.child" in " ".join(p.cmdline()) and p.status() != psutil.STATUS_ZOMBIE:
+                alive.append(p)
+    return alive
+
+
+def test_a_killed_writer_is_replaced_at_once_and_every_batch_is_stored_or_counted(db_path):
+    rec = Recording(db_path)
+    rec.take(1000)
+    old = rec.writer_pid
+    assert old is not None
+    os.kill(old, signal.SIGKILL)
+    healed_s = rec.take_until(lambda: rec.writer_pid not in (None, old))
+    rec.take(1000)
+    rec.close()
+    got = accounts(db_path)
+    assert got["status"] == "completed"
+    assert_every_loss_counted(rec, got)
+    assert "was killed (signal 9); a new one took over" in got["warnings"]
+    assert healed_s < 2.0
+
+
+def test_a_stopped_writer_is_noticed_within_about_a_second_killed_and_replaced(db_path):
+    rec = Recording(db_path)
+    rec.take(1000)
+    old = rec.writer_pid
+    assert old is not None
+    os.kill(old, signal.SIGSTOP)
+    try:
+        healed_s = rec.take_until(lambda: rec.writer_pid not in (None, old))
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(old, signal.SIGCONT)
+    assert not psutil.pid_exists(old), "the stopped writer was ended and reaped"
+    rec.take(1000)
+    rec.close()
+    got = accounts(db_path)
+    assert got["status"] == "completed"
+    assert_every_loss_counted(rec, got)
+    assert "stopped responding; a new one took over" in got["warnings"]
+    assert 0.8 < healed_s < 2.5  # silence of a second, noticed at the next 0.2 s tick
+    assert writers_alive() == []
+
+
+def test_a_writer_stopped_just_before_close_costs_close_about_two_seconds_and_the_end_is_written(db_path):
+    rec = Recording(db_path)
+    rec.take(1000)
+    old = rec.writer_pid
+    assert old is not None
+    os.kill(old, signal.SIGSTOP)
+    rec.take(500)  # these records go to the stopped writer's pipe
+    took_s = rec.close()
+    assert took_s < 2.6
+    assert not psutil.pid_exists(old) and writers_alive() == []
+    got = accounts(db_path)
+    assert got["status"] == "completed"
+    assert_every_loss_counted(rec, got)
+    assert "stopped responding" in got["warnings"]
+
+
+def test_a_writer_killed_again_and_again_is_replaced_a_bounded_number_of_times_and_the_end_still_written(db_path):
+    rec = Recording(db_path)
+    for _ in range(MAX_RESTARTS + 1):
+        rec.take(300)
+        old = rec.writer_pid
+        assert old is not None
+        os.kill(old, signal.SIGKILL)
+        rec.take_until(lambda old=old: rec.writer_pid != old)
+    assert rec.writer_pid is None  # no more replacements: counting only
+    rec.take(300)
+    rec.close()  # the end gets one more writer
+    got = accounts(db_path)
+    assert got["status"] == "completed"
+    assert_every_loss_counted(rec, got)
+    assert got["dropped_records"] >= 300 and "recording stops here" in got["warnings"]
+
+
+def test_a_deleted_file_is_recorded_anew_at_its_path_with_the_lost_rows_counted(db_path):
+    rec = Recording(db_path)
+    rec.take(1000)
+    assert wait_until(lambda: accounts(db_path)["rows"] > 0)
+    os.remove(db_path)
+    rec.take_until(lambda: os.path.exists(db_path))
+    rec.take(1000)
+    rec.close()
+    got = accounts(db_path)
+    assert got["status"] == "completed"
+    assert_every_loss_counted(rec, got)
+    assert got["dropped_records"] > 0 and "was deleted or replaced while recording" in got["warnings"]
+
+
+@pytest.mark.slow
+def test_a_file_locked_longer_than_the_busy_timeout_costs_counted_rows_only(db_path):
+    rec = Recording(db_path)
+    rec.take(500)
+    blocker = sqlite3.connect(db_path, isolation_level=None)
+    blocker.execute("BEGIN EXCLUSIVE")
+    try:
+        rec.take_until(lambda: any(k.startswith("write-") for k in rec.monitor.warned), timeout_s=20)
+        assert rec.writer_pid is not None and "writer-restarted" not in rec.monitor.warned  # waiting, not stuck
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    rec.take(500)
+    rec.close()
+    got = accounts(db_path)
+    assert got["status"] == "completed"
+    assert_every_loss_counted(rec, got)
+    assert got["dropped_records"] > 0 and "database is locked" in got["warnings"]
+
+
+# -- a full disk: a real tmpfs of a few MiB ---------------------------------
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("a full disk needs a size-capped tmpfs: run as root (mount -t tmpfs -o size=8m)")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(directory: Path) -> Path:
+    """Take every free byte of the disk with one file; delete it to give the space back."""
+    filler = directory / "filler"
+    chunk = b"\0" * (64 << 10)
+    with open(filler, "wb", buffering=0) as out:
+        for size in (len(chunk), 4096, 512, 1):
+            with contextlib.suppress(OSError):
+                while True:
+                    try:
+                        out.write(chunk[:size])
+                    except OSError as exc:
+                        if exc.errno != errno.ENOSPC:
+                            raise
+                        break
+    return filler
+
+
+def test_a_full_disk_mid_run_costs_counted_rows_and_the_end_and_warning_are_written_when_space_returns(small_disk):
+    db = str(small_disk / "run.sqlite")
+    rec = Recording(db)
+    rec.take(1000)
+    assert wait_until(lambda: accounts(db)["rows"] > 0)
+    filler = fill(small_disk)
+    rec.take_until(lambda: any(k.startswith("write-") for k in rec.monitor.warned))
+    rec.take(1000)
+    filler.unlink()
+    rec.take(1000)
+    rec.close()
+    got = accounts(db)
+    assert got["status"] == "completed"
+    assert_every_loss_counted(rec, got)
+    assert got["dropped_records"] > 0 and "is full" in got["warnings"]
+
+
+def test_a_disk_full_at_close_is_retried_and_the_end_written_once_space_returns(small_disk):
+    db = str(small_disk / "run.sqlite")
+    rec = Recording(db)
+    rec.take(1000)
+    assert wait_until(lambda: accounts(db)["rows"] > 0)
+    filler = fill(small_disk)
+    rec.take(1000)
+    took_s = rec.close()
+    assert took_s < 2.6
+    assert accounts(db)["status"] == "running"  # the end could not be written yet
+    filler.unlink()  # the writer, still retrying beside this process, writes it now
+    assert wait_until(lambda: accounts(db)["status"] == "completed", timeout_s=10)
+    got = accounts(db)
+    assert_every_loss_counted(rec, got)
+    assert wait_until(lambda: writers_alive() == [], timeout_s=5), [(p.pid, p.status()) for p in writers_alive()]
