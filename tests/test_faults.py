@@ -21,7 +21,7 @@ from typing import Any
 
 import psutil
 import pytest
-from conftest import query, wait_until
+from helpers import query, wait_until
 
 import collector
 from collector.writer.supervisor import MAX_RESTARTS

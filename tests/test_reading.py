@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import query
+from helpers import query
 
 import collector
 from collector.errors import CannotRead, CannotWrite, NotAStallwatchFile

@@ -9,7 +9,7 @@ import warnings
 
 import pytest
 import torch
-from conftest import query
+from helpers import query
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 import collector
