@@ -15,10 +15,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import collector
 from collector.cli.demo import run_demo
+from collector.export import tail
 from collector.export.metrics import METRICS, families, served_names
 from collector.export.server import ExporterServer
 from collector.export.sources import Exporter
 from collector.export.tail import WAIT_BUCKETS_S
+from collector.store import export_queries
 from collector.store.connection import Store
 
 
@@ -76,6 +78,27 @@ def test_counters_are_the_same_whether_batches_are_counted_in_sql_or_from_the_ro
         )
         run.add(more)
         exp.clock.now = run.ts  # type: ignore[attr-defined]
+
+
+def test_a_fast_run_reads_a_sample_of_its_rows_with_exact_counters_and_the_same_stall(db_path, monkeypatch):
+    """NOTE [ Sampled window ]: past MAX_WINDOW_ROWS new rows a scrape reads every n-th batch for the window."""
+    store = Store(db_path)
+    run = start_run(store, workers=2).add([0.0005, 0.0007, 0.02, 0.0006, 0.09] * 400)
+    full = only(exporter(db_path, now=run.ts)[0].refresh())
+    read: list[int] = []
+    batch_rows = export_queries.batch_rows
+    monkeypatch.setattr(tail, "MAX_WINDOW_ROWS", 100)
+    monkeypatch.setattr(export_queries, "batch_rows", lambda *a, **k: read.append(len(r := batch_rows(*a, **k))) or r)
+    sampled = only(exporter(db_path, now=run.ts)[0].refresh())
+    assert sum(read) <= 100 + tail.HEAD_BATCHES  # every 20th row of the epoch, and its head
+    assert (sampled.batches, sampled.wait_s, sampled.wait_le) == (
+        full.batches,
+        pytest.approx(full.wait_s),
+        full.wait_le,
+    )
+    assert sampled.stall.batches == pytest.approx(full.stall.batches, rel=0.02)
+    assert sampled.stall.stall_fraction == pytest.approx(full.stall.stall_fraction, abs=0.01)
+    assert sampled.stall.verdict == full.stall.verdict == "input-bound"
 
 
 def test_worker_production_splits_each_fetch_into_cpu_and_the_rest(db_path):

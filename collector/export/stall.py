@@ -22,6 +22,7 @@ class Window:
     wait_s: np.ndarray
     ready: np.ndarray
     in_flight: np.ndarray
+    weight: np.ndarray  # batches each row stands for: 1, or n for every n-th batch (NOTE [ Sampled window ])
 
     def __len__(self) -> int:
         return len(self.ts)
@@ -64,20 +65,20 @@ def window_stall(
     diagnosis; otherwise it is a windowed diagnosis (``report --window-s``).
     The verdict uses the thresholds of collector/diagnosis/verdict.py.
     """
-    n = len(w)
+    n = round(float(w.weight.sum())) if len(w) else 0
     ready_mean = _mean(w.ready)
     in_flight_mean = _mean(w.in_flight)
-    if n < 2:
+    if len(w) < 2:
         return WindowStall(0.0, "insufficient-data", n, ready_mean, in_flight_mean)
     k = start_batches(num_workers)
     head = w.idx < k
-    warm = head & (w.epoch == w.epoch[0]) if run_start else np.zeros(n, dtype=bool)
+    warm = head & (w.epoch == w.epoch[0]) if run_start else np.zeros(len(w), dtype=bool)
     steady = ~head
     if steady.sum() < 2:
-        steady = np.arange(n) > 0
+        steady = np.arange(len(w)) > 0
     ready_steady = steady & (np.nan_to_num(w.ready) > 0)
     handoff = float(np.median(w.wait_s[ready_steady])) if ready_steady.sum() >= MIN_HANDOFF_BATCHES else 0.0
-    stall = np.maximum(0.0, w.wait_s - handoff)
+    stall = np.maximum(0.0, w.wait_s - handoff) * w.weight
 
     first = epoch_starts.get(int(w.epoch[0]))
     t_first = first[0] if run_start and first is not None else float(w.ts[0] - w.wait_s[0])

@@ -170,9 +170,22 @@ ROW_COLUMNS = ("epoch", "idx", "ts", "wait_s", "step_s", "ready", "in_flight")
 _NULL = -1.0  # no stored value is negative (see NOTE [ Lean batch columns ] in diagnosis_queries.py)
 
 
-def batch_rows(conn: sqlite3.Connection, run_id: int, after: Key | None, upto: Key) -> np.ndarray:
-    """The batches in (after, upto], in key order, as a float64 array of ``ROW_COLUMNS``; NaN where NULL."""
+def batch_count(conn: sqlite3.Connection, run_id: int, after: Key | None, upto: Key) -> int:
+    """How many batches (after, upto] holds (counted in SQLite: a few ns a row)."""
     where, params = _range(run_id, after, upto)
+    return int(conn.execute(f"SELECT COUNT(*) FROM batches b WHERE {where}", params).fetchone()[0])
+
+
+def batch_rows(
+    conn: sqlite3.Connection, run_id: int, after: Key | None, upto: Key, *, every: int = 1, head: int = 0
+) -> np.ndarray:
+    """The batches in (after, upto], in key order, as a float64 array of ``ROW_COLUMNS``; NaN where NULL.
+
+    ``every`` > 1 reads only every n-th batch of each epoch, and the first ``head`` of each whole.
+    """
+    where, params = _range(run_id, after, upto)
+    if every > 1:
+        where += f" AND (b.idx % {int(every)} = 0 OR b.idx < {int(head)})"
     rows = conn.execute(
         "SELECT b.epoch, b.idx, b.ts, b.wait_s, IFNULL(b.step_s, -1.0), IFNULL(b.ready, -1), IFNULL(b.in_flight, -1)"
         f" FROM batches b WHERE {where} ORDER BY b.epoch, b.idx",
