@@ -197,7 +197,7 @@ def test_a_writer_process_that_dies_costs_records_not_training(db_path, collecto
     expected = train(DataLoader(dataset, batch_size=2))
     watched = collector.watch(DataLoader(dataset, batch_size=2), db=db_path, gpu_hz=0, host_hz=0)
     assert watched.run_id is not None
-    link = watched._session.monitor._link
+    link = watched._stallwatch_start().monitor._link
     link.proc.kill()  # type: ignore[union-attr]
     link.proc.wait(timeout=10)  # type: ignore[union-attr]
     got = train(watched)

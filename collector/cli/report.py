@@ -23,12 +23,24 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument("db", help="the stallwatch SQLite file")
     parser.add_argument("--run", default="latest", help="run name, id, or 'latest' (default)")
+    parser.add_argument(
+        "--rank",
+        type=_rank,
+        default=None,
+        help="one rank of a distributed job (default: every rank, the job's verdict from its straggler)",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--live", action="store_true", help="diagnose a run that is still being recorded")
     window = parser.add_mutually_exclusive_group()
     window.add_argument("--window-s", type=positive_float, default=None, help="only the last SECONDS of batches")
     window.add_argument("--last-batches", type=_batch_count, default=None, help="only the last N batches")
     parser.set_defaults(handler=_main)
+
+
+def _rank(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"must be a rank number >= 0, got {text!r}")
+    return int(text)
 
 
 def _batch_count(text: str) -> int:
@@ -38,10 +50,15 @@ def _batch_count(text: str) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
-    from collector.diagnosis import diagnose
+    from collector.diagnosis import diagnose, diagnose_job
 
     try:
-        report = diagnose(args.db, args.run, window_s=args.window_s, last_batches=args.last_batches, live=args.live)
+        if args.window_s is None and args.last_batches is None:
+            report = diagnose_job(args.db, args.run, rank=args.rank, live=args.live)
+        elif args.rank is not None:
+            raise StallwatchError("--rank cannot be combined with --window-s or --last-batches: give --run ID instead")
+        else:
+            report = diagnose(args.db, args.run, window_s=args.window_s, last_batches=args.last_batches, live=args.live)
     except StallwatchError:
         raise  # cli.main prints it on one line and exits 2
     except Exception as exc:  # noqa: BLE001 - the CLI's boundary: one line, never a traceback
@@ -63,9 +80,11 @@ def render(report: Report) -> str:
     run, s = report.run, report.summary
     cfg, host = run.get("config") or {}, run.get("host") or {}
     gpus = host.get("gpus") or []
+    where = "" if run.get("rank") is None else f" rank {run.get('rank')} of {run.get('world_size')}"
+    where += "" if not run.get("job_id") else f", job {run.get('job_id')}"
     lines = [
-        f"run {run.get('id')} {run.get('name')!r} ({run.get('status')}): {s['batches']} batches in {s['wall_s']:.1f} s"
-        + ("" if not s.get("window") else f" (window {s['window']})"),
+        f"run {run.get('id')} {run.get('name')!r} ({run.get('status')}{where}): "
+        f"{s['batches']} batches in {s['wall_s']:.1f} s" + ("" if not s.get("window") else f" (window {s['window']})"),
         "config: "
         + " ".join(
             f"{k}={cfg.get(k)}"
@@ -74,7 +93,7 @@ def render(report: Report) -> str:
         f"host: {host.get('usable_cores')} usable cores ({host.get('physical_cores')} physical), "
         f"{(host.get('ram_bytes') or 0) / 2**30:.1f} GiB RAM, " + (f"{len(gpus)} GPU(s)" if gpus else "no GPU sampled"),
         "",
-        f"verdict: {report.verdict.upper()}: stalled for data {s['stall_fraction']:.0%} of the time after warm-up "
+        f"{'job verdict' if report.ranks else 'verdict'}: {report.verdict.upper()}: stalled for data {s['stall_fraction']:.0%} of the time after warm-up "
         f"({s['data_wait_fraction']:.0%} of all time in next())",
     ]
     util = s.get("gpu_util_pct")
@@ -86,6 +105,7 @@ def render(report: Report) -> str:
     )
     if s.get("warmup_s") or s.get("epoch_start_lost_s"):
         lines.append(f"  warm-up {s['warmup_s']:.2f} s; epoch starts lost {s['epoch_start_lost_s']:.2f} s")
+    lines += render_ranks(report)
     if report.symptoms:
         lines += ["", "symptoms:"]
         lines += [f"  [{x.severity}] {x.id} (confidence {x.confidence:.2f}): {x.evidence}" for x in report.symptoms]
@@ -103,3 +123,22 @@ def render(report: Report) -> str:
         lines += ["", "notes:"]
         lines += [f"  - {n}" for n in report.notes]
     return "\n".join(lines)
+
+
+def render_ranks(report: Report) -> list[str]:
+    """One line per rank of a job: its verdict, stall and step, and the step time spent waiting for the straggler."""
+    if not report.ranks:
+        return []
+    lines = ["", "ranks:"]
+    for r in report.ranks:
+        stall = r.get("stall_fraction")
+        line = (
+            f"  rank {r['rank']} (run {r['run_id']}): {r['verdict']}, stalled {0.0 if stall is None else stall:.0%}, "
+            f"wait p50 {_ms(r.get('wait_p50_s'))}, step p50 {_ms(r.get('step_p50_s'))}"
+        )
+        if r.get("straggler"):
+            line += ": the straggler"
+        elif r.get("collective_wait_s"):
+            line += f" ({_ms(r['collective_wait_s'])} of it waiting at the collective, not compute)"
+        lines.append(line)
+    return lines

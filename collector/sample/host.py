@@ -127,3 +127,23 @@ def host_facts() -> dict[str, Any]:
         "usable_cores": usable,
         "ram_bytes": int(_psutil.virtual_memory().total),
     }
+
+
+def launcher_started_at(psutil: ModuleType = _psutil) -> float | None:
+    """Start time of the oldest ancestor (this process included) running this Python: the job's launcher.
+
+    torchrun's workers, torch.multiprocessing.spawn's children and the ranks
+    Lightning re-executes all descend from one such process. None when psutil
+    cannot read the process table.
+    """
+    try:
+        proc = psutil.Process()
+        exe = proc.exe()
+        oldest = proc
+        for parent in proc.parents():
+            if parent.exe() != exe:
+                break
+            oldest = parent
+        return float(oldest.create_time())
+    except (psutil.Error, OSError):
+        return None
