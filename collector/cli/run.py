@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import os
 import runpy
+import socket
 import sys
+import time
 from types import TracebackType
 from typing import Any, TextIO
 
@@ -59,7 +61,7 @@ def _main(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise StallwatchError(str(exc)) from None
     script = " ".join([("-m " if is_module else "") + target, *script_args])
-    tags = {"collector_run": script}
+    tags = {"collector_run": script, "launch": f"{socket.gethostname()}:{os.getpid()}:{time.time():.3f}"}
     auto = AutoWatch(os.path.abspath(args.db), rates, tags=tags)
     # Every Python the script starts records too (Lightning's DDP launcher, spawn): NOTE [ Child processes ].
     children = child_environment(os.path.abspath(args.db), args.gpu_hz, args.host_hz, tags, os.environ)
@@ -124,4 +126,4 @@ def print_verdict(auto: Any, db: str, out: TextIO) -> None:
     """One block per recorded DataLoader, one per distributed job, from rank 0 only: see collector/cli/verdict.py."""
     from collector.cli.verdict import print_verdicts
 
-    print_verdicts(db, auto.run_ids(), out)
+    print_verdicts(db, auto.run_ids(), out, launch=auto.tags.get("launch"))

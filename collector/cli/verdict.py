@@ -8,29 +8,44 @@ from typing import Any, TextIO
 
 from collector.errors import StallwatchError
 
-PEER_WAIT_S = 60.0  # how long rank 0 waits for the other ranks' runs to be flushed
+PEER_WAIT_S = 60.0  # how long rank 0 waits for the other ranks' runs to end
+MISSING_WAIT_S = 5.0  # ... and for a rank that has recorded nothing at all
 POLL_S = 0.2
 STAGE_ORDER = {"train": 0, None: 1, "val": 2, "test": 3, "predict": 4}
 
 
 def print_verdicts(
-    db: str, runs: Sequence[tuple[str, int | None]], out: TextIO, *, peer_wait_s: float = PEER_WAIT_S
+    db: str,
+    runs: Sequence[tuple[str, int | None]],
+    out: TextIO,
+    *,
+    launch: str | None = None,
+    peer_wait_s: float = PEER_WAIT_S,
 ) -> None:
-    """One block per recorded loader: its verdict, or its job's; nothing on ranks other than 0.
+    """One block per recorded loader: its verdict, or once per distributed job, its job's.
 
-    A run of a distributed job is diagnosed as the job (collector.diagnosis.job):
-    rank 0 waits up to ``peer_wait_s`` for the other ranks' runs to end, so
-    the job's verdict is printed once, whole, instead of one block per rank.
+    ``runs`` are this process's (name, run id); ``launch`` adds the runs its
+    child processes recorded under that tag (``collector run``: NOTE [ Child
+    processes ]). A process that is a rank other than 0 prints nothing: rank 0
+    prints the job's verdict (collector.diagnosis.job), after waiting up to
+    ``peer_wait_s`` for the other ranks' runs to end, so it comes once, whole.
     """
+    table = _runs(db)
+    rows = {} if table is None else {int(r["id"]): r for r in table.to_dict("records")}
+    if any(_rank(rows.get(run_id)) not in (None, 0) for _, run_id in runs if run_id is not None):
+        return  # rank 0 prints the job's verdict
+    runs = list(runs)
+    if launch is not None:
+        known = _ids(runs)
+        children = [r for r in rows.values() if (r.get("tags") or {}).get("launch") == launch and r["id"] not in known]
+        runs += [(str(r["name"]), int(r["id"])) for r in sorted(children, key=lambda r: r["id"])]
     if not runs:
         print("stallwatch: no DataLoader was iterated; nothing recorded", file=out)
         return
-    table = _runs(db)
-    ours = {} if table is None else {int(r["id"]): r for r in table.to_dict("records") if r["id"] in _ids(runs)}
-    if any(_rank(row) not in (None, 0) for row in ours.values()):
-        return  # rank 0 prints the job's verdict
-    if any((row.get("world_size") or 1) > 1 for row in ours.values()):
-        _wait_for_peers(db, list(ours.values()), peer_wait_s)
+    ours = [rows[run_id] for _, run_id in runs if run_id in rows]
+    if any((row.get("world_size") or 1) > 1 for row in ours):
+        _wait_for_peers(db, ours, peer_wait_s)
+    runs = _one_per_job(runs, rows)
     print(f"\nstallwatch: {len(runs)} DataLoader(s) recorded in {db}", file=out)
     for name, run_id in runs:
         if run_id is None:
@@ -40,9 +55,36 @@ def print_verdicts(
         print(f"  {name} (run {run_id}): {head}", file=out)
         for line in details:
             print(f"      {line}", file=out)
-    recorded = [(STAGE_ORDER.get(_stage(ours.get(run_id)), 1), run_id) for _, run_id in runs if run_id is not None]
+    recorded = [(STAGE_ORDER.get(_stage(rows.get(run_id)), 1), run_id) for _, run_id in runs if run_id is not None]
     if recorded:
         print(f"  details: python -m collector report {db} --run {min(recorded)[1]}", file=out)
+
+
+def _one_per_job(runs: list[tuple[str, int | None]], rows: dict[int, dict[str, Any]]) -> list[tuple[str, int | None]]:
+    """Drop the runs of ranks other than the lowest where a job's runs of one loader were all collected."""
+    from collector.diagnosis.job import job_runs
+
+    table = None
+    kept, seen = [], set()
+    for name, run_id in runs:
+        row = rows.get(run_id) if run_id is not None else None
+        if row is None or (row.get("world_size") or 1) <= 1:
+            kept.append((name, run_id))
+            continue
+        if table is None:
+            table = _runs_frame(rows)
+        peers = tuple(int(i) for i in job_runs(table, row)["id"])
+        if peers and peers in seen:
+            continue
+        seen.add(peers)
+        kept.append((name, run_id))
+    return kept
+
+
+def _runs_frame(rows: dict[int, dict[str, Any]]) -> Any:
+    import pandas as pd
+
+    return pd.DataFrame(list(rows.values()))
 
 
 def _ids(runs: Sequence[tuple[str, int | None]]) -> set[int]:
@@ -71,18 +113,18 @@ def _wait_for_peers(db: str, ours: list[dict[str, Any]], timeout_s: float) -> No
     """Poll the file until every rank of our jobs has a run of each loader that has ended, or the time is up."""
     from collector.diagnosis.job import job_runs
 
-    deadline = time.monotonic() + timeout_s
+    started = time.monotonic()
     while True:
         table = _runs(db)
         if table is None:
             return
-        done = True
+        running = missing = False
         for row in ours:
             peers = job_runs(table, row)
-            world = int(row.get("world_size") or 1)
-            if len(peers) < world or (peers["state"] == "running").any():
-                done = False
-        if done or time.monotonic() >= deadline:
+            running |= bool((peers["state"] == "running").any())
+            missing |= len(peers) < int(row.get("world_size") or 1)
+        waited = time.monotonic() - started
+        if (not running and (not missing or waited >= min(MISSING_WAIT_S, timeout_s))) or waited >= timeout_s:
             return
         time.sleep(POLL_S)
 

@@ -45,7 +45,7 @@ def shuffle_advice(loader: Mapping[str, Any]) -> tuple[Suggestion | None, str | 
         return None, None
     if shuffle is None:
         where = "the IterableDataset's own stream" if loader.get("iterable_dataset") else None
-        if where is None and loader.get("batch_sampler") not in (None, "BatchSampler"):
+        if where is None and loader.get("batch_sampler") is not None and loader.get("batch_size") is None:
             where = f"your batch_sampler ({loader.get('batch_sampler')})"
         if where is None:
             return None, None

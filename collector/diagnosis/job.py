@@ -21,7 +21,7 @@ def _ms(seconds: float | None) -> str:
 
 
 def job_runs(runs: pd.DataFrame, info: Mapping[str, Any], now: float | None = None) -> pd.DataFrame:
-    """The runs of ``info``'s job that record the same loader (same name), newest per rank, in rank order.
+    """The runs of ``info``'s job that record the same loader (same name), one per rank, in rank order.
 
     Ranks share ``job_id`` (NOTE [ Job id ]). A run recorded without one but
     with a rank and ``world_size > 1`` (an older stallwatch) is grouped with
@@ -39,7 +39,14 @@ def job_runs(runs: pd.DataFrame, info: Mapping[str, Any], now: float | None = No
         end = info.get("ended_at") or now
         same = same[same["job_id"].isna() & (same["world_size"] == info["world_size"])]
         same = same[(same["started_at"] <= end) & (same["ended_at"].fillna(now) >= info["started_at"])]
-    same = same.sort_values("id", ascending=False).drop_duplicates("rank")
+    # One loader can make several runs on each rank (a val loader built anew by validate() after fit()):
+    # pair the k-th run of the name on each rank.
+    same = same.sort_values(["started_at", "id"])
+    order = same.groupby("rank").cumcount()
+    mine = order[same["id"] == info["id"]]
+    if mine.empty:
+        return same.iloc[0:0]
+    same = same[order == int(mine.iloc[0])]
     return same.sort_values("rank").reset_index(drop=True)
 
 
@@ -109,11 +116,11 @@ def straggler(rows: list[dict[str, Any]], *, min_stall: float = 0.05, ratio: flo
     run at the pace of the slowest. A rank starved of data waits in next();
     the others finish their batch sooner and wait inside their step for it.
     Fires when one rank's stall fraction is at least ``min_stall`` (5%) and
-    ``ratio`` (1.5x) every other rank's; the others' extra step time over the
+    ``ratio`` (1.5x) every other rank's, each rank with enough batches for a verdict; the others' extra step time over the
     straggler's is their waiting at the collective, not compute.
     """
     stalls = [(r["stall_fraction"] or 0.0, r["rank"]) for r in rows]
-    if len(stalls) < 2:
+    if len(stalls) < 2 or any(r["verdict"] == "insufficient-data" for r in rows):
         return None
     top, rank = max(stalls)
     others = [s for s, k in stalls if k != rank]

@@ -57,17 +57,18 @@ def boot(environ: Mapping[str, str] = os.environ) -> None:
     """In a child of ``collector run``: record its DataLoaders once torch's is imported."""
     settings = json.loads(environ[ENV])
 
-    def start(_: ModuleType | None = None) -> None:
+    def start(module: ModuleType) -> None:
         from collector.record.autowatch import AutoWatch
         from collector.sample.sampler import Rates
 
         rates = Rates(gpu_hz=float(settings["gpu_hz"]), host_hz=float(settings["host_hz"]))
-        auto = AutoWatch(settings["db"], rates, tags=settings.get("tags") or {})
+        # the class from the module just executed: torch.utils.data itself is still being imported
+        auto = AutoWatch(settings["db"], rates, tags=settings.get("tags") or {}, loader_class=module.DataLoader)
         auto.install()
         atexit.register(auto.close)
 
     if TARGET in sys.modules:
-        start()
+        start(sys.modules[TARGET])
     else:
         sys.meta_path.insert(0, _AfterImport(TARGET, start))
 

@@ -71,7 +71,8 @@ def loader_config(loader: Any) -> dict[str, Any]:
     config["sampler"] = None if sampler is None else type(sampler).__name__
     config["batch_sampler"] = None if batch_sampler is None else type(batch_sampler).__name__
     config["iterable_dataset"] = getattr(loader, "_dataset_kind", None) == 1  # torch's _DatasetKind.Iterable
-    config["shuffle"] = _shuffled(sampler, batch_sampler, config["iterable_dataset"])
+    own_batches = batch_sampler is not None and config["batch_size"] is None  # batch_sampler=... was passed
+    config["shuffle"] = _shuffled(sampler, own_batches, config["iterable_dataset"])
     context = getattr(loader, "multiprocessing_context", None)
     if context is not None and not isinstance(context, str):
         context = context.get_start_method()
@@ -94,16 +95,15 @@ def loader_config(loader: Any) -> dict[str, Any]:
     return config
 
 
-def _shuffled(sampler: Any, batch_sampler: Any, iterable: bool) -> bool | None:
+def _shuffled(sampler: Any, own_batches: bool, iterable: bool) -> bool | None:
     """Whether the loader visits the data in a random order; None where no DataLoader argument decides it.
 
-    An IterableDataset streams in its own order and a custom batch_sampler
-    picks its own indices: ``shuffle=True`` would raise ValueError on either.
-    A DistributedSampler carries its own ``shuffle``.
+    An IterableDataset streams in its own order and a batch_sampler the user
+    passes picks its own indices (the DataLoader's batch_size is then None):
+    ``shuffle=True`` would raise ValueError beside either. A DistributedSampler
+    carries its own ``shuffle``.
     """
-    if sampler is None or iterable:
-        return None
-    if batch_sampler is not None and type(batch_sampler).__name__ != "BatchSampler":
+    if sampler is None or iterable or own_batches:
         return None
     kind = type(sampler).__name__
     if kind == "RandomSampler":

@@ -27,10 +27,13 @@ class Model(pl.LightningModule):
         super().__init__()
         self.net = torch.nn.Linear(8, 1)
         self.seen: list[int] = []
+        self.last_loss = float("nan")
 
     def training_step(self, batch: dict[str, torch.Tensor], _: int) -> torch.Tensor:
         self.seen += batch["idx"].tolist()
-        return torch.nn.functional.mse_loss(self.net(batch["x"]), batch["y"])
+        loss = torch.nn.functional.mse_loss(self.net(batch["x"]), batch["y"])
+        self.last_loss = float(loss)
+        return loss
 
     def validation_step(self, batch: dict[str, torch.Tensor], _: int) -> None:
         self.log("val_loss", torch.nn.functional.mse_loss(self.net(batch["x"]), batch["y"]), sync_dist=True)
@@ -89,4 +92,4 @@ for mode in MODES:
         trainer.test(model, data, verbose=False)
         predictions = trainer.predict(model, data)
         assert predictions is not None and len(predictions) == 4 // DEVICES
-    result(mode, trainer.global_rank, model, model.seen)
+    result(mode, trainer.global_rank, model, model.seen, model.last_loss)
