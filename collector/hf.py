@@ -15,7 +15,7 @@ from collector.cli.verdict import print_verdicts
 from collector.record.scoped import Scoped
 
 
-class StallwatchCallback(TrainerCallback):  # type: ignore[misc]
+class StallwatchCallback(TrainerCallback):
     """Records the train, eval and predict DataLoaders of ``train()``, ``evaluate()`` and ``predict()``.
 
     One run per loader and rank, named after the user's line (``train.py:70
@@ -52,7 +52,7 @@ class StallwatchCallback(TrainerCallback):  # type: ignore[misc]
         if not self._training:
             self._report()
 
-    def on_predict(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+    def on_predict(self, args: Any, state: Any, control: Any, metrics: Any = None, **kwargs: Any) -> None:
         if not self._training:
             self._report()
 

@@ -13,13 +13,13 @@ from typing import Any
 try:
     from lightning.pytorch.callbacks import Callback
 except ImportError:  # the older package name
-    from pytorch_lightning.callbacks import Callback  # type: ignore[no-redef]
+    from pytorch_lightning.callbacks import Callback  # type: ignore[assignment]
 
 from collector.cli.verdict import print_verdicts
 from collector.record.scoped import Scoped
 
 
-class StallwatchCallback(Callback):  # type: ignore[misc]
+class StallwatchCallback(Callback):
     """Records each train / val / test / predict DataLoader of every ``fit``, ``validate``, ``test`` and ``predict``.
 
     One run per loader and rank, named after the user's line that built it and

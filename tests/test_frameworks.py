@@ -160,3 +160,18 @@ def test_the_hugging_face_trainer_trains_identically_with_the_callback_and_colle
     under_runs = runs(run_db)
     assert sorted(r["rank"] or 0 for r in under_runs) == list(range(world))
     assert run_stderr.count("DataLoader(s) recorded") == 1  # one verdict: rank 0's, for the job
+
+
+def test_watching_an_accelerate_shard_trains_the_same_and_the_run_says_why_worker_fields_are_missing(
+    db_path: str, collector_warnings: list[Any]
+) -> None:
+    from accelerate.data_loader import DataLoaderShard
+
+    import collector
+
+    expected = [b.tolist() for b in DataLoaderShard(list(range(8)), batch_size=2)]
+    watched = collector.watch(DataLoaderShard(list(range(8)), batch_size=2), db=db_path, gpu_hz=0, host_hz=0)
+    assert [b.tolist() for b in watched] == expected
+    watched.close()
+    (warning,) = Reader(db_path).run("latest")["warnings"]
+    assert "worker and queue fields are not recorded" in warning and "collector.hf.StallwatchCallback" in warning

@@ -127,7 +127,7 @@ class _Spec:
     def __init__(self, db: str, name: str, rates: Rates, tags: dict[str, Any], monitor_kwargs: dict[str, Any]) -> None:
         self.db, self.name, self.rates, self.tags = db, name, rates, tags
         self.monitor_kwargs = {"origin": user_frame(), **monitor_kwargs}  # warnings point at the watch() line
-        self.base: type = object
+        self.base: Any = object  # the watched loader's own class
 
     def session(self, twin: Any) -> Session:
         """A session that holds the watched DataLoader weakly, so no cycle keeps its workers for the collector."""
@@ -135,7 +135,8 @@ class _Spec:
 
         kwargs = dict(self.monitor_kwargs)
         custom = kwargs.pop("iterate", None)  # a sweep's, to keep each epoch's iterator
-        base_iter, ref = self.base.__iter__, weakref.ref(twin)
+        base_iter: Any = self.base.__iter__
+        ref = weakref.ref(twin)
 
         def iterate(_: Any) -> Iterator[Any]:
             loader = ref()
@@ -158,7 +159,7 @@ def _watched_dataloader(loader: Any, spec: _Spec) -> WatchedLoader:
         "__qualname__": cls.__qualname__,
     }
     twin_cls = type(cls.__name__, (_WatchedDataLoader, cls), namespace)
-    twin = object.__new__(twin_cls)
+    twin: Any = object.__new__(twin_cls)
     object.__setattr__(twin, "__dict__", loader.__dict__)  # See NOTE [ Watched DataLoader ], and _set
     _set(twin, None, loader)  # the run starts at the first iter(), with the configuration then
     return twin
