@@ -97,7 +97,7 @@ def test_lightning_trains_identically_with_watch_in_a_datamodule_the_callback_an
 ) -> None:
     db, run_db = tmp_path / "lightning.sqlite", tmp_path / "run.sqlite"
     script = str(SCRIPTS / "fw_lightning.py")
-    plain, stderr = run([sys.executable, script, str(db), str(world), "none,watch,callback"], tmp_path)
+    plain, stderr = run([sys.executable, script, str(db), str(world), "none,watch,callback", "full"], tmp_path)
     under, run_stderr = run(collector_run(run_db, script, str(run_db), str(world), "none", "full"), tmp_path)
     for rank in range(world):
         for other in (plain[("watch", rank)], plain[("callback", rank)], under[("none", rank)]):
@@ -110,14 +110,14 @@ def test_lightning_trains_identically_with_watch_in_a_datamodule_the_callback_an
     assert sorted(r["rank"] or 0 for r in watched) == list(range(world))
     assert all(batches(db, r["id"]) == per_rank * 2 for r in watched)
     by_callback = [r for r in recorded if r["tags"].get("callback") == "lightning"]
-    assert sorted((r["name"], r["stage"]) for r in by_callback) == sorted(
-        [("fw_lightning.py:57 train", "train"), ("fw_lightning.py:61 val", "val")] * world
+    names = ["fw_lightning.py:57 train", "fw_lightning.py:61 val", "fw_lightning.py:61 val"]
+    names += ["fw_lightning.py:64 test", "fw_lightning.py:67 predict"]  # fit (train, val), validate, test, predict
+    assert sorted((r["name"], r["stage"], r["rank"] or 0) for r in by_callback) == sorted(
+        (name, name.rsplit(" ", 1)[1], rank) for name in names for rank in range(world)
     )
-    assert stderr.count("DataLoader(s) recorded") == 1  # rank 0 prints the job's verdict, once
+    assert stderr.count("DataLoader(s) recorded") == 4  # rank 0 prints the job's verdict once per trainer call
     # collector run: fit, validate, test and predict, every rank, named after the DataModule's lines
     stages = sorted((r["name"], r["rank"] or 0) for r in runs(run_db))
-    names = ["fw_lightning.py:57 train", "fw_lightning.py:61 val", "fw_lightning.py:61 val"]
-    names += ["fw_lightning.py:64 test", "fw_lightning.py:67 predict"]
     assert stages == sorted((name, rank) for name in names for rank in range(world))
     assert run_stderr.count("DataLoader(s) recorded") == 1
     assert f"details: python -m collector report {run_db} --run" in run_stderr

@@ -113,3 +113,45 @@ def test_a_run_outside_any_job_is_diagnosed_alone(tmp_path: Path) -> None:
     report = diagnose_job(path)
     assert report.ranks == () and report.to_dict()["ranks"] == []
     assert dataclasses.asdict(report.symptoms[0])["id"] == "input_bound"
+
+
+class FakeError(Exception):
+    pass
+
+
+class FakeProc:
+    def __init__(self, exe: str, started: float, parents: list[FakeProc] | None = None) -> None:
+        self._exe, self._started, self._parents = exe, started, parents or []
+
+    def exe(self) -> str:
+        if self._exe == "denied":
+            raise FakeError("access denied")
+        return self._exe
+
+    def parents(self) -> list[FakeProc]:
+        return self._parents
+
+    def create_time(self) -> float:
+        return self._started
+
+
+def fake_psutil(me: FakeProc) -> object:
+    class Psutil:
+        Error = FakeError
+
+        @staticmethod
+        def Process() -> FakeProc:
+            return me
+
+    return Psutil
+
+
+def test_the_launcher_is_the_oldest_ancestor_running_the_same_python() -> None:
+    from collector.sample.host import launcher_started_at
+
+    init = FakeProc("denied", 1.0)  # a process psutil may not read ends the walk, it does not void it
+    shell = FakeProc("/bin/bash", 2.0)
+    launcher = FakeProc("/usr/bin/python3", 10.0)
+    rank1 = FakeProc("/usr/bin/python3", 11.0, [launcher, shell, init])
+    assert launcher_started_at(fake_psutil(rank1)) == 10.0  # type: ignore[arg-type]
+    assert launcher_started_at(fake_psutil(FakeProc("/usr/bin/python3", 12.0, [init]))) == 12.0  # type: ignore[arg-type]

@@ -42,9 +42,9 @@ def print_verdicts(
     if not runs:
         print("stallwatch: no DataLoader was iterated; nothing recorded", file=out)
         return
-    ours = [rows[run_id] for _, run_id in runs if run_id in rows]
-    if any((row.get("world_size") or 1) > 1 for row in ours):
-        _wait_for_peers(db, ours, peer_wait_s)
+    jobs = [rows[run_id] for _, run_id in runs if run_id in rows and _world(rows[run_id]) > 1]
+    if jobs:
+        _wait_for_peers(db, jobs, peer_wait_s)
     runs = _one_per_job(runs, rows)
     print(f"\nstallwatch: {len(runs)} DataLoader(s) recorded in {db}", file=out)
     for name, run_id in runs:
@@ -68,7 +68,7 @@ def _one_per_job(runs: list[tuple[str, int | None]], rows: dict[int, dict[str, A
     kept, seen = [], set()
     for name, run_id in runs:
         row = rows.get(run_id) if run_id is not None else None
-        if row is None or (row.get("world_size") or 1) <= 1:
+        if row is None or _world(row) <= 1:
             kept.append((name, run_id))
             continue
         if table is None:
@@ -94,6 +94,11 @@ def _ids(runs: Sequence[tuple[str, int | None]]) -> set[int]:
 def _rank(row: dict[str, Any] | None) -> int | None:
     rank = None if row is None else row.get("rank")
     return None if rank is None or rank != rank else int(rank)  # NaN: no rank
+
+
+def _world(row: dict[str, Any]) -> int:
+    world = row.get("world_size")
+    return 1 if world is None or world != world else int(world)  # NaN: not distributed
 
 
 def _stage(row: dict[str, Any] | None) -> str | None:
@@ -122,7 +127,7 @@ def _wait_for_peers(db: str, ours: list[dict[str, Any]], timeout_s: float) -> No
         for row in ours:
             peers = job_runs(table, row)
             running |= bool((peers["state"] == "running").any())
-            missing |= len(peers) < int(row.get("world_size") or 1)
+            missing |= len(peers) < _world(row)
         waited = time.monotonic() - started
         if (not running and (not missing or waited >= min(MISSING_WAIT_S, timeout_s))) or waited >= timeout_s:
             return

@@ -141,7 +141,10 @@ def launcher_started_at(psutil: ModuleType = _psutil) -> float | None:
         exe = proc.exe()
         oldest = proc
         for parent in proc.parents():
-            if parent.exe() != exe:
+            try:
+                if parent.exe() != exe:
+                    break
+            except (psutil.Error, OSError):  # init, another user's process: not our launcher
                 break
             oldest = parent
         return float(oldest.create_time())
