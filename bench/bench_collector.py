@@ -169,7 +169,7 @@ class SameLoader:
         self._epoch()
 
     def _epoch(self) -> None:
-        session = self._watched._session
+        session = self._watched._stallwatch_start()
         opened: list[Iterator[Any]] = []
         original = session._open_iterator
         session._open_iterator = lambda: opened.append(original()) or opened[0]
@@ -203,7 +203,7 @@ def background(label: str, make_loader: Callable[[], Any], seconds: float, db: s
     watched = collector.watch(make_loader(), db=db, run=f"bench-background-{label}")
     it = endless(watched)
     turn(it, 2_000)
-    monitor = watched._session.monitor
+    monitor = watched._stallwatch_start().monitor
     link = monitor._link
     writer = psutil.Process(link.proc.pid) if isinstance(link, ProcessLink) else None
     assert monitor.ident is not None

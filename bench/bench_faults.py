@@ -34,7 +34,7 @@ class Rec:
     def __init__(self, db: str) -> None:
         self.w = collector.watch(ticking(), db=db, run="f", gpu_hz=0, host_hz=5)
         assert self.w.run_id is not None
-        self.mon = self.w._session.monitor
+        self.mon = self.w._stallwatch_start().monitor
         self.it = iter(self.w)
         self.n = 0
         self.db = db

@@ -53,6 +53,11 @@ class Synthetic:
     worker_uss: Any = None  # function (fraction 0..1) -> bytes
     status: str = "completed"
     name: str = "synthetic"
+    rank: int | None = None
+    world_size: int | None = None
+    job_id: str | None = None
+    stage: str | None = None
+    tags: dict[str, Any] | None = None
 
 
 def write_synthetic(path: str, spec: Synthetic) -> int:
@@ -87,9 +92,12 @@ def write_synthetic(path: str, spec: Synthetic) -> int:
         hostname=socket.gethostname(),
         pid=os.getpid(),
         command="test",
-        rank=None,
-        world_size=None,
+        rank=spec.rank,
+        world_size=spec.world_size,
         started_at=T0,
+        job_id=spec.job_id,
+        stage=spec.stage,
+        tags=spec.tags,
     )
     workers = int(spec.config.get("num_workers") or 0)
 

@@ -40,7 +40,7 @@ class Recording:
     def __init__(self, db: str, host_hz: float = 5.0) -> None:
         self.loader = collector.watch(ticking(), db=db, run="faulty", gpu_hz=0, host_hz=host_hz)
         assert self.loader.run_id is not None
-        self.monitor = self.loader._session.monitor
+        self.monitor = self.loader._stallwatch_start().monitor
         self.db = db
         self._it = iter(self.loader)
         self.iterated = 0

@@ -122,3 +122,29 @@ def test_run_without_a_target_says_what_to_give(args: list[str], capsys: pytest.
 
     assert main(["run", *args]) == 2
     assert "python -m collector run" in capsys.readouterr().err
+
+
+def test_the_patched_dataloader_keeps_everything_inspect_sees(db_path: str) -> None:
+    import inspect
+
+    before = (inspect.signature(DataLoader.__init__), DataLoader.__init__.__doc__, DataLoader.__iter__.__name__)
+    auto = AutoWatch(db_path, Rates(gpu_hz=0, host_hz=0), tags={})
+    auto.install()
+    try:
+        after = (inspect.signature(DataLoader.__init__), DataLoader.__init__.__doc__, DataLoader.__iter__.__name__)
+        assert after == before
+        assert DataLoader.__init__.__qualname__ == "DataLoader.__init__"
+    finally:
+        auto.uninstall()
+
+
+def test_library_frames_are_stallwatch_installed_packages_and_the_standard_library() -> None:
+    import json as stdlib_module
+
+    import torch
+
+    from collector.record import frameworks
+
+    assert frameworks.is_library(torch.__file__) and frameworks.is_library(stdlib_module.__file__)
+    assert frameworks.is_library(frameworks.__file__) and frameworks.is_library("<frozen runpy>")
+    assert not frameworks.is_library(__file__)

@@ -236,3 +236,33 @@ def test_cpu_spent_inside_next_is_recorded_for_sampled_batches(db_path):
         run_id = watched.run_id
     batches = Reader(db_path).batches(run_id)
     assert (batches.load_cpu_s < 0.01).all() and (batches.wait_s >= 0.04).all()  # waiting, not computing
+
+
+def test_a_watched_dataloader_is_a_dataloader_that_frameworks_can_inspect_and_rebuild(db_path):
+    import inspect
+
+    dataset = SlowDataset(16)
+    loader = DataLoader(dataset, batch_size=2, shuffle=True)
+    watched = quiet(loader, db_path, run="rebuilt")
+    assert isinstance(watched, DataLoader) and type(watched).__name__ == "DataLoader"
+    assert inspect.signature(type(watched).__init__) == inspect.signature(DataLoader.__init__)
+    assert vars(watched) is vars(loader)  # every attribute is the original's
+    # a framework injecting a DistributedSampler rebuilds from the class: the new loader records itself
+    sampler = DistributedSampler(dataset, num_replicas=2, rank=1, shuffle=False)
+    rebuilt = type(watched)(dataset, batch_size=2, sampler=sampler)
+    assert [b.tolist() for b in rebuilt] == [b.tolist() for b in DataLoader(dataset, batch_size=2, sampler=sampler)]
+    rebuilt.close()
+    watched.close()
+    (run,) = Reader(db_path).runs().to_dict("records")  # the original was never iterated: no empty run
+    assert run["name"] == "rebuilt" and run["config"]["sampler"] == "DistributedSampler"
+    assert query(db_path, "SELECT COUNT(*) FROM batches") == [(4,)]
+
+
+def test_watch_draws_nothing_from_the_rng_until_the_loop_iterates(db_path):
+    loader = DataLoader(SlowDataset(8), batch_size=2, shuffle=True)
+    torch.manual_seed(3)
+    expected = torch.rand(1)
+    torch.manual_seed(3)
+    watched = quiet(loader, db_path)
+    assert torch.equal(torch.rand(1), expected)
+    watched.close()

@@ -23,12 +23,24 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument("db", help="the stallwatch SQLite file")
     parser.add_argument("--run", default="latest", help="run name, id, or 'latest' (default)")
+    parser.add_argument(
+        "--rank",
+        type=_rank,
+        default=None,
+        help="one rank of a distributed job (default: every rank, the job's verdict from its straggler)",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--live", action="store_true", help="diagnose a run that is still being recorded")
     window = parser.add_mutually_exclusive_group()
     window.add_argument("--window-s", type=positive_float, default=None, help="only the last SECONDS of batches")
     window.add_argument("--last-batches", type=_batch_count, default=None, help="only the last N batches")
     parser.set_defaults(handler=_main)
+
+
+def _rank(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"must be a rank number >= 0, got {text!r}")
+    return int(text)
 
 
 def _batch_count(text: str) -> int:
@@ -38,10 +50,15 @@ def _batch_count(text: str) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
-    from collector.diagnosis import diagnose
+    from collector.diagnosis import diagnose, diagnose_job
 
     try:
-        report = diagnose(args.db, args.run, window_s=args.window_s, last_batches=args.last_batches, live=args.live)
+        if args.window_s is None and args.last_batches is None:
+            report = diagnose_job(args.db, args.run, rank=args.rank, live=args.live)
+        elif args.rank is not None:
+            raise StallwatchError("--rank cannot be combined with --window-s or --last-batches: give --run ID instead")
+        else:
+            report = diagnose(args.db, args.run, window_s=args.window_s, last_batches=args.last_batches, live=args.live)
     except StallwatchError:
         raise  # cli.main prints it on one line and exits 2
     except Exception as exc:  # noqa: BLE001 - the CLI's boundary: one line, never a traceback

@@ -7,7 +7,9 @@ import atexit
 import os
 import runpy
 import signal
+import socket
 import sys
+import time
 from types import TracebackType
 from typing import Any, TextIO
 
@@ -42,6 +44,8 @@ def add_parser(subparsers: Any) -> None:
 
 def _main(args: argparse.Namespace) -> int:
     from collector.record.autowatch import AutoWatch
+    from collector.record.childboot import child_environment, set_environment
+    from collector.record.runinfo import job_start
 
     if args.module is not None:
         if not args.module:
@@ -60,8 +64,15 @@ def _main(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise StallwatchError(str(exc)) from None
     script = " ".join([("-m " if is_module else "") + target, *script_args])
-    auto = AutoWatch(os.path.abspath(args.db), rates, tags={"collector_run": script})
-    code, exit_request = run_script(target, script_args, is_module, auto)
+    tags = {"collector_run": script, "launch": f"{socket.gethostname()}:{os.getpid()}:{time.time():.3f}"}
+    auto = AutoWatch(os.path.abspath(args.db), rates, tags=tags)
+    # Every Python the script starts records too (Lightning's DDP launcher, spawn): NOTE [ Child processes ].
+    children = child_environment(os.path.abspath(args.db), args.gpu_hz, args.host_hz, tags, os.environ)
+    restore = set_environment({**children, **job_start(os.environ)})
+    try:
+        code, exit_request = run_script(target, script_args, is_module, auto)
+    finally:
+        restore()
     if not args.no_verdict:
         print_verdict(auto, args.db, sys.stderr)
     if code == SIGINT_EXIT:
@@ -125,58 +136,7 @@ def _script_frames(tb: TracebackType | None) -> TracebackType | None:
 
 
 def print_verdict(auto: Any, db: str, out: TextIO) -> None:
-    """One block per recorded DataLoader: the diagnosis verdict, or batches and wait share."""
-    runs = auto.run_ids()
-    if not runs:
-        print("stallwatch: no DataLoader was iterated; nothing recorded", file=out)
-        return
-    print(f"\nstallwatch: {len(runs)} DataLoader(s) recorded in {db}", file=out)
-    for origin, run_id in runs:
-        if run_id is None:
-            print(f"  {origin}: not recorded (see the warning above)", file=out)
-            continue
-        head, *details = _verdict_lines(db, run_id)
-        print(f"  {origin} (run {run_id}): {head}", file=out)
-        for line in details:
-            print(f"      {line}", file=out)
-    first = next((run_id for _, run_id in runs if run_id is not None), None)
-    if first is not None:
-        print(f"  details: python -m collector report {db} --run {first}", file=out)
+    """One block per recorded DataLoader, one per distributed job, from rank 0 only: see collector/cli/verdict.py."""
+    from collector.cli.verdict import print_verdicts
 
-
-def _verdict_lines(db: str, run_id: int) -> list[str]:
-    try:
-        import collector
-
-        diagnose = collector.diagnose
-    except (ImportError, AttributeError):
-        return [_summary(db, run_id)]
-    try:
-        report = diagnose(db, run_id)
-    except StallwatchError as exc:
-        return [f"no verdict: {exc}"]
-    except Exception as exc:  # noqa: BLE001 - the script already ran; a diagnosis bug must not hide its result
-        return [f"no verdict ({type(exc).__name__}: {exc}); {_summary(db, run_id)}"]
-    lines = [f"{report.verdict}; {_summary(db, run_id)}"]
-    lines += [f"{s.severity}: {s.evidence}" for s in report.symptoms[:3]]
-    change = report.code_change()
-    if change:
-        lines.append(f"try: {change}")
-    return lines
-
-
-def _summary(db: str, run_id: int) -> str:
-    from collector.store.reader import Reader
-
-    try:
-        totals = Reader(db).run_totals()
-    except StallwatchError as exc:
-        return f"cannot read {db}: {exc}"
-    row = totals[totals["run_id"] == run_id]
-    if row.empty:
-        return "0 batches"
-    batches = int(row["batches"].iloc[0])
-    wait, step = float(row["wait_s"].iloc[0] or 0.0), float(row["step_s"].iloc[0] or 0.0)
-    share = wait / (wait + step) if wait + step > 0 else None
-    waited = "" if share is None else f", waiting for data {share:.0%} of the loop"
-    return f"{batches} batches{waited}"
+    print_verdicts(db, auto.run_ids(), out, launch=auto.tags.get("launch"))

@@ -14,7 +14,7 @@ from collector.diagnosis.suggest import suggest
 from collector.diagnosis.verdict import verdict
 from collector.store.reader import Reader
 
-RUN_KEYS = ("id", "name", "started_at", "ended_at", "error")
+RUN_KEYS = ("id", "name", "started_at", "ended_at", "error", "rank", "world_size", "job_id", "stage")
 CONTENDED_CORES = 0.5  # other processes' busy cores worth a note
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2}
 
@@ -43,6 +43,7 @@ def diagnose_data(data: RunData) -> Report:
     facts = measure(data)
     run = {key: data.run.get(key) for key in RUN_KEYS}
     run["status"] = data.run.get("state") or data.run.get("status")
+    run["framework"] = (data.run.get("tags") or {}).get("framework")
     run["config"] = data.config
     run["host"] = data.host_facts
     word = verdict(facts)
@@ -67,7 +68,8 @@ def diagnose_data(data: RunData) -> Report:
         rules_workers.io_bound_fetch(facts, model),
     ]
     symptoms = sorted((s for s in found if s is not None), key=lambda s: SEVERITY_ORDER.get(s.severity, 3))
-    suggestions, more = suggest(facts, model, {s.id: s for s in symptoms})
+    loader = {**data.config, "stage": run["stage"], "framework": run["framework"]}
+    suggestions, more = suggest(facts, model, {s.id: s for s in symptoms}, loader=loader)
     notes += more
     if facts.background_cores >= CONTENDED_CORES:
         notes.append(

@@ -43,6 +43,7 @@ class Report:
     symptoms: tuple[Symptom, ...] = ()
     suggestions: tuple[Suggestion, ...] = ()
     notes: tuple[str, ...] = ()  # things worth saying that are not symptoms
+    ranks: tuple[dict[str, Any], ...] = ()  # a distributed job's ranks, one summary each (collector.diagnosis.job)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -52,12 +53,19 @@ class Report:
             "symptoms": [asdict(s) for s in self.symptoms],
             "suggestions": [asdict(s) for s in self.suggestions],
             "notes": list(self.notes),
+            "ranks": [dict(r) for r in self.ranks],
         }
 
     def code_change(self) -> str | None:
-        """The suggestions as a line to paste, e.g. ``DataLoader(..., num_workers=6, pin_memory=True)``."""
-        args = [f"{s.parameter}={s.suggested!r}" for s in self.suggestions if s.parameter in LOADER_ARGS]
-        return f"DataLoader(..., {', '.join(args)})" if args else None
+        """The suggestions as a line to paste, e.g. ``DataLoader(..., num_workers=6, pin_memory=True)``.
+
+        In the framework's own terms when the run came from one: Hugging Face's
+        ``TrainingArguments(..., dataloader_num_workers=6)``, Lightning's
+        ``*_dataloader()`` hook. See collector/diagnosis/advice.py.
+        """
+        from collector.diagnosis.advice import code_change
+
+        return code_change(self)
 
 
-LOADER_ARGS = ("batch_size", "num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "shuffle")
+LOADER_ARGS = ("batch_size", "num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "shuffle", "sampler")

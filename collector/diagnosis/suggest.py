@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Any
 
+from collector.diagnosis.advice import shuffle_advice
 from collector.diagnosis.findings import Suggestion, Symptom
 from collector.diagnosis.model import LoaderModel
 from collector.diagnosis.stats import Facts
@@ -29,8 +31,13 @@ def suggest(
     symptoms: Mapping[str, Symptom],
     *,
     min_speedup: float = MIN_SPEEDUP,
+    loader: Mapping[str, Any] | None = None,
 ) -> tuple[list[Suggestion], list[str]]:
-    """Suggestions that pay at least ``min_speedup`` (or fix a named risk), and notes."""
+    """Suggestions that pay at least ``min_speedup`` (or fix a named risk), and notes.
+
+    ``loader`` is the recorded configuration with the run's ``stage`` and
+    ``framework``: what decides where a shuffle can go (NOTE [ Advice that constructs ]).
+    """
     out: list[Suggestion] = []
     notes: list[str] = []
     current = facts.steady_batches_per_s
@@ -67,17 +74,12 @@ def suggest(
             )
         )
     uneven = {"worker_imbalance", "prefetch_too_shallow"} & set(symptoms)
-    if uneven and facts.shuffle is False:
-        out.append(
-            Suggestion(
-                parameter="shuffle",
-                current=False,
-                suggested=True,
-                reason="batches cost unevenly in dataset order; shuffling spreads the slow samples over all batches",
-                expected_speedup=None,
-                rule_of_thumb=True,
-            )
-        )
+    if uneven:
+        shuffle, note = shuffle_advice(loader or {"shuffle": facts.shuffle})
+        if shuffle is not None:
+            out.append(shuffle)
+        if note is not None:
+            notes.append(note)
     if "pageable_memory" in symptoms and not facts.pin_memory:
         out.append(
             Suggestion(

@@ -11,9 +11,11 @@ def render(report: Report) -> str:
     run, s = report.run, report.summary
     cfg, host = run.get("config") or {}, run.get("host") or {}
     gpus = host.get("gpus") or []
+    where = "" if run.get("rank") is None else f" rank {run.get('rank')} of {run.get('world_size')}"
+    where += "" if not run.get("job_id") else f", job {run.get('job_id')}"
     lines = [
-        f"run {run.get('id')} {run.get('name')!r} ({run.get('status')}): {s['batches']} batches in {s['wall_s']:.1f} s"
-        + ("" if not s.get("window") else f" (window {s['window']})"),
+        f"run {run.get('id')} {run.get('name')!r} ({run.get('status')}{where}): "
+        f"{s['batches']} batches in {s['wall_s']:.1f} s" + ("" if not s.get("window") else f" (window {s['window']})"),
         "config: "
         + " ".join(
             f"{k}={cfg.get(k)}"
@@ -22,7 +24,7 @@ def render(report: Report) -> str:
         f"host: {host.get('usable_cores')} usable cores ({host.get('physical_cores')} physical), "
         f"{(host.get('ram_bytes') or 0) / 2**30:.1f} GiB RAM, " + (f"{len(gpus)} GPU(s)" if gpus else "no GPU sampled"),
         "",
-        f"verdict: {report.verdict.upper()}: stalled for data {s['stall_fraction']:.0%} of the time after warm-up "
+        f"{'job verdict' if report.ranks else 'verdict'}: {report.verdict.upper()}: stalled for data {s['stall_fraction']:.0%} of the time after warm-up "
         f"({s['data_wait_fraction']:.0%} of all time in next())",
     ]
     util = s.get("gpu_util_pct")
@@ -34,6 +36,7 @@ def render(report: Report) -> str:
     )
     if s.get("warmup_s") or s.get("epoch_start_lost_s"):
         lines.append(f"  warm-up {s['warmup_s']:.2f} s; epoch starts lost {s['epoch_start_lost_s']:.2f} s")
+    lines += render_ranks(report)
     if report.symptoms:
         lines += ["", "symptoms:"]
         lines += [f"  [{x.severity}] {x.id} (confidence {x.confidence:.2f}): {x.evidence}" for x in report.symptoms]
@@ -51,3 +54,22 @@ def render(report: Report) -> str:
         lines += ["", "notes:"]
         lines += [f"  - {n}" for n in report.notes]
     return "\n".join(lines)
+
+
+def render_ranks(report: Report) -> list[str]:
+    """One line per rank of a job: its verdict, stall and step, and the step time spent waiting for the straggler."""
+    if not report.ranks:
+        return []
+    lines = ["", "ranks:"]
+    for r in report.ranks:
+        stall = r.get("stall_fraction")
+        line = (
+            f"  rank {r['rank']} (run {r['run_id']}): {r['verdict']}, stalled {0.0 if stall is None else stall:.0%}, "
+            f"wait p50 {ms(r.get('wait_p50_s'))}, step p50 {ms(r.get('step_p50_s'))}"
+        )
+        if r.get("straggler"):
+            line += ": the straggler"
+        elif r.get("collective_wait_s"):
+            line += f" ({ms(r['collective_wait_s'])} of it waiting at the collective, not compute)"
+        lines.append(line)
+    return lines

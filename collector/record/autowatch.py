@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 import threading
@@ -14,14 +15,18 @@ from types import FrameType
 from typing import Any
 
 from collector.errors import CollectorWarning
+from collector.record import frameworks
+from collector.record.origin import PACKAGE_DIR
 from collector.record.session import Session
 from collector.sample.sampler import Rates
+
+active: AutoWatch | None = None  # the one installed, if any: see AutoWatch.install
 
 
 class _WeakLoader:
     """Stands in for the loader inside its Session, holding it weakly. See NOTE [ Weak loader ].
 
-    Built per loader class by ``_weak_loader`` so ``type(x).__name__`` still
+    Built per loader class by ``weak_loader`` so ``type(x).__name__`` still
     reads ``DataLoader`` in the run's stored configuration.
     """
 
@@ -51,9 +56,17 @@ class _WeakLoader:
 # run is closed (flushed, marked completed) when the script lets go of the loader.
 
 
-def _weak_loader(loader: Any) -> Any:
+def weak_loader(loader: Any) -> Any:
     cls = type(type(loader).__name__, (_WeakLoader,), {})
     return cls(loader)
+
+
+def _ids(sessions: list[tuple[str, Session]]) -> list[tuple[str, int | None]]:
+    out = []
+    for name, session in sessions:
+        session.monitor.ready.wait(10.0)
+        out.append((name, session.monitor.run_id))
+    return out
 
 
 def _holding(loader: Any, epoch: Iterator[Any]) -> Iterator[Any]:
@@ -84,7 +97,7 @@ class AutoWatch:
         self.tags = dict(tags or {})
         self.cls: Any = loader_class
         self.cwd = cwd or os.getcwd()
-        self.sessions: list[tuple[str, Session]] = []  # (origin, session), in order of first iteration
+        self.sessions: list[tuple[str, Session]] = []  # (run name, session), in order of first iteration
         self._origins: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
         self._by_loader: weakref.WeakKeyDictionary[Any, Session] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
@@ -92,29 +105,42 @@ class AutoWatch:
         self._warned = False
 
     def install(self) -> None:
-        if self._originals is not None:
+        """Patch the class; a no-op while another AutoWatch has it (``collector run`` with a callback inside)."""
+        global active
+        if self._originals is not None or active is not None:
             return
         original_init = self.cls.__init__
         original_iter: Callable[[Any], Iterator[Any]] = self.cls.__iter__
         self._originals = (original_init, original_iter)
+        active = self
         auto = self
 
+        # NOTE [ Invisible patch ]
+        # Lightning reads inspect.signature(type(loader).__init__) to rebuild a
+        # loader (sampler injection, predict), and wraps __init__ itself to save
+        # its arguments: functools.wraps keeps the name, the docstring and,
+        # through __wrapped__, the signature that inspect reports.
+        @functools.wraps(original_init)
         def __init__(loader: Any, *args: Any, **kwargs: Any) -> None:
             original_init(loader, *args, **kwargs)
             auto._origins[loader] = auto.origin(sys._getframe(1), loader)
 
+        @functools.wraps(original_iter)
         def __iter__(loader: Any) -> Iterator[Any]:
-            session = auto._session_for(loader, original_iter)
+            session = auto._session_for(loader, original_iter, sys._getframe(1))
             return original_iter(loader) if session is None else _holding(loader, session.epoch())
 
         self.cls.__init__ = __init__
         self.cls.__iter__ = __iter__
 
     def uninstall(self) -> None:
+        global active
         if self._originals is None:
             return
         self.cls.__init__, self.cls.__iter__ = self._originals
         self._originals = None
+        if active is self:
+            active = None
 
     def close(self) -> None:
         """Flush every run this script made and mark it ended. Idempotent."""
@@ -122,55 +148,73 @@ class AutoWatch:
             session.close()
 
     def run_ids(self) -> list[tuple[str, int | None]]:
-        """(origin, run id) per recorded DataLoader; None where the file could not be written."""
-        out = []
-        for origin, session in self.sessions:
-            session.monitor.ready.wait(10.0)
-            out.append((origin, session.monitor.run_id))
-        return out
+        """(run name, run id) per recorded DataLoader; None where the file could not be written."""
+        return _ids(self.sessions)
+
+    def finish(self) -> list[tuple[str, int | None]]:
+        """Close the runs so far and forget them, so a loader iterated later starts a new run; their (name, id)."""
+        with self._lock:
+            sessions, self.sessions = self.sessions, []
+            self._by_loader = weakref.WeakKeyDictionary()
+        for _, session in sessions:
+            session.close()
+        return _ids(sessions)
 
     def origin(self, frame: FrameType | None, loader: Any) -> str:
-        """``file:line`` of the ``DataLoader(...)`` call, skipping subclasses' ``__init__`` chain."""
+        """``file:line`` in the user's code that built the loader. See NOTE [ Library frames ].
+
+        A loader a framework rebuilds from another (Lightning's sampler
+        injection, accelerate's prepare) takes the origin of the one it came from.
+        """
         while frame is not None and frame.f_code.co_name == "__init__" and frame.f_locals.get("self") is loader:
             frame = frame.f_back
         if frame is None:
             return "unknown"
-        path = frame.f_code.co_filename
-        try:
-            rel = os.path.relpath(path, self.cwd)
-            path = path if rel.startswith("..") else rel
-        except ValueError:  # another drive on Windows
-            pass
-        return f"{path}:{frame.f_lineno}"
+        probe: FrameType | None = frame
+        while probe is not None and frameworks.is_library(probe.f_code.co_filename):
+            if not probe.f_code.co_filename.startswith(PACKAGE_DIR):
+                for value in list(probe.f_locals.values()):
+                    if value is not loader and isinstance(value, self.cls) and value in self._origins:
+                        return self._origins[value]
+            probe = probe.f_back
+        return frameworks.user_line(frame, self.cwd) or f"{frame.f_code.co_filename}:{frame.f_lineno}"
 
-    def _session_for(self, loader: Any, original_iter: Callable[[Any], Iterator[Any]]) -> Session | None:
+    def _session_for(
+        self, loader: Any, original_iter: Callable[[Any], Iterator[Any]], caller: FrameType | None
+    ) -> Session | None:
         if self._watched_by_user(loader):
             return None  # the script calls watch() itself: that run records it
         with self._lock:
             session = self._by_loader.get(loader)
             if session is not None:
                 return session
-            origin = self._origins.get(loader, "unknown")
+            origin = self._origins.get(loader) or frameworks.user_line(caller, self.cwd) or "unknown"
+            where = frameworks.context(caller)
+            name = origin if where.stage is None else f"{origin} {where.stage}"
             ref = weakref.ref(loader)
 
             def iterate(_: Any) -> Iterator[Any]:
                 return original_iter(ref())
 
             tags = {**self.tags, "origin": origin}
+            if where.framework is not None:
+                tags["framework"] = where.framework
             try:
-                session = Session(_weak_loader(loader), self.db, origin, self.rates, tags, iterate=iterate)
+                session = Session(
+                    weak_loader(loader), self.db, name, self.rates, tags, iterate=iterate, stage=where.stage
+                )
             except Exception as exc:  # noqa: BLE001 - recording must never break the script
                 if not self._warned:
                     self._warned = True
                     with contextlib.suppress(Exception):  # -W error: a warning must not break the script either
-                        warnings.warn(f"stallwatch: not recording {origin}: {exc}", CollectorWarning, stacklevel=3)
+                        warnings.warn(f"stallwatch: not recording {name}: {exc}", CollectorWarning, stacklevel=3)
                 return None
             self._by_loader[loader] = session
-            self.sessions.append((origin, session))
+            self.sessions.append((name, session))
             weakref.finalize(loader, session.close_soon)
             return session
 
     def _watched_by_user(self, loader: Any) -> bool:
         from collector.record.session import is_watched
 
-        return is_watched(loader)
+        return hasattr(type(loader), "_stallwatch_spec") or is_watched(loader)

@@ -56,6 +56,7 @@ class Monitor(threading.Thread):
         mono_ns: Callable[[], int] = time.perf_counter_ns,
         writer_in_process: bool = False,
         cuda_in_use: Callable[[], bool] = cuda_active,
+        origin: tuple[str, int] | None = None,
     ) -> None:
         super().__init__(name="stallwatch-monitor", daemon=True)
         if (nvml_factory or host_factory) and not writer_in_process:
@@ -73,7 +74,7 @@ class Monitor(threading.Thread):
         self.ready = threading.Event()  # set once the run row exists (or cannot)
         self.run_id: int | None = None
         self.warned: dict[str, str] = {}
-        self._origin = user_frame()  # where warnings point: the line that called watch()
+        self._origin = origin or user_frame()  # where warnings point: the line that called watch()
         self._warnings_dirty = False
         self._writer_in_process = writer_in_process
         self._produced: dict[int, int] = {}  # epoch -> batches handed out, as far as we know

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import platform
 import sys
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 WORDS = [
@@ -65,8 +67,12 @@ def loader_config(loader: Any) -> dict[str, Any]:
     keys = ("batch_size", "num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "drop_last", "timeout")
     config: dict[str, Any] = {key: getattr(loader, key, None) for key in keys}
     sampler = getattr(loader, "sampler", None)
+    batch_sampler = getattr(loader, "batch_sampler", None)
     config["sampler"] = None if sampler is None else type(sampler).__name__
-    config["shuffle"] = None if sampler is None else type(sampler).__name__ == "RandomSampler"
+    config["batch_sampler"] = None if batch_sampler is None else type(batch_sampler).__name__
+    config["iterable_dataset"] = getattr(loader, "_dataset_kind", None) == 1  # torch's _DatasetKind.Iterable
+    own_batches = batch_sampler is not None and config["batch_size"] is None  # batch_sampler=... was passed
+    config["shuffle"] = _shuffled(sampler, own_batches, config["iterable_dataset"])
     context = getattr(loader, "multiprocessing_context", None)
     if context is not None and not isinstance(context, str):
         context = context.get_start_method()
@@ -87,6 +93,25 @@ def loader_config(loader: Any) -> dict[str, Any]:
     except TypeError:
         config["batches_per_epoch"] = None
     return config
+
+
+def _shuffled(sampler: Any, own_batches: bool, iterable: bool) -> bool | None:
+    """Whether the loader visits the data in a random order; None where no DataLoader argument decides it.
+
+    An IterableDataset streams in its own order and a batch_sampler the user
+    passes picks its own indices (the DataLoader's batch_size is then None):
+    ``shuffle=True`` would raise ValueError beside either. A DistributedSampler
+    carries its own ``shuffle``.
+    """
+    if sampler is None or iterable or own_batches:
+        return None
+    kind = type(sampler).__name__
+    if kind == "RandomSampler":
+        return True
+    if kind == "SequentialSampler":
+        return False
+    shuffle = getattr(sampler, "shuffle", None)  # DistributedSampler and its look-alikes
+    return shuffle if isinstance(shuffle, bool) else None
 
 
 def versions() -> dict[str, Any]:
@@ -110,6 +135,51 @@ def distributed() -> tuple[int | None, int | None]:
     if rank is not None and rank.isdigit() and world is not None and world.isdigit():
         return int(rank), int(world)
     return None, None
+
+
+# NOTE [ Job id ]
+# The ranks of one distributed job share runs.job_id, read from the launcher's
+# environment: torchrun's TORCHELASTIC_RUN_ID (its default "none" names no
+# job), else MASTER_ADDR:MASTER_PORT@START. START is $STALLWATCH_JOB_STARTED
+# where set (`collector run` and the callbacks export it before any rank is
+# launched, so every rank inherits it), else the start time of the launcher:
+# the oldest ancestor running the same Python (torchrun, the
+# torch.multiprocessing.spawn parent, the rank 0 that Lightning's launcher
+# re-executes the script from). One process outside any job has no job id.
+JOB_STARTED_ENV = "STALLWATCH_JOB_STARTED"
+
+
+def job_id(
+    environ: Mapping[str, str] = os.environ, launcher_started_at: Callable[[], float | None] | None = None
+) -> str | None:
+    """The id every rank of this process's distributed job computes alike, or None. See NOTE [ Job id ]."""
+    elastic = environ.get("TORCHELASTIC_RUN_ID")
+    if elastic and elastic != "none":
+        return elastic
+    addr, port = environ.get("MASTER_ADDR"), environ.get("MASTER_PORT")
+    if not addr or not port:
+        return None
+    started = environ.get(JOB_STARTED_ENV)
+    if not started:
+        if launcher_started_at is None:
+            from collector.sample import host
+
+            launcher_started_at = host.launcher_started_at
+        at = launcher_started_at()
+        started = "unknown" if at is None else f"{at:.0f}"
+    return f"{addr}:{port}@{started}"
+
+
+def job_start(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The variable to export so every rank launched from here shares this moment as the job's start.
+
+    Empty where one is inherited, or where this process is already a rank
+    (torchrun's, say): its siblings started elsewhere, so the launcher's start
+    time stands instead.
+    """
+    if JOB_STARTED_ENV in environ or "MASTER_PORT" in environ or "RANK" in environ:
+        return {}
+    return {JOB_STARTED_ENV: f"{time.time():.0f}"}
 
 
 def command_line() -> str:

@@ -23,7 +23,7 @@ from collector.record.full_loop import FullLoop
 from collector.record.handover import EpochEnded, EpochStarted, FirstBatch, Shared
 from collector.record.hotloop import Epoch, Timer
 from collector.record.monitor import Monitor
-from collector.record.runinfo import command_line, distributed, loader_config, versions
+from collector.record.runinfo import command_line, distributed, job_id, loader_config, versions
 from collector.record.worker_timing import TimingRings, WorkerHook
 from collector.sample.host import host_facts
 from collector.sample.sampler import Rates
@@ -58,6 +58,7 @@ class Session:
         rates: Rates,
         tags: dict[str, Any],
         iterate: Callable[[Any], Iterator[Any]] = iter,
+        stage: str | None = None,
         **monitor_kwargs: Any,
     ) -> None:
         self.loader = loader
@@ -82,6 +83,8 @@ class Session:
             rank=rank,
             world_size=world,
             tags=tags,
+            job_id=job_id(),
+            stage=stage,
         )
         self.monitor = Monitor(db, start, self.shared, rates, **monitor_kwargs)
         self.monitor.start()

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
+import weakref
 from collections.abc import Iterator, Mapping
 from types import TracebackType
 from typing import Any
 
+from collector.record.origin import user_frame
 from collector.record.runinfo import generated_name
 from collector.record.session import READY_TIMEOUT_S, Session
 from collector.sample.sampler import Rates
@@ -15,47 +18,163 @@ from collector.store.schema import DEFAULT_DB, default_db_path
 
 
 class WatchedLoader:
-    """The user's loader, recorded. Iterates, measures and forwards everything else."""
+    """What ``watch`` returns: iterating it records one epoch. Adds ``run_id``, ``loader``, ``close`` and ``with``.
 
-    def __init__(self, loader: Any, session: Session) -> None:
-        self._loader = loader
-        self._session = session
+    For a torch DataLoader it is a DataLoader itself: see NOTE [ Watched DataLoader ].
+    """
+
+    _stallwatch_session: Session | None
+    _stallwatch_loader: Any
 
     def __iter__(self) -> Iterator[Any]:
-        return self._session.epoch()
+        return self._stallwatch_start().epoch()
 
-    def __len__(self) -> int:
-        return len(self._loader)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return getattr(self._loader, name)
+    def _stallwatch_start(self) -> Session:
+        session = self._stallwatch_session
+        assert session is not None
+        return session
 
     @property
     def run_id(self) -> int | None:
-        """The run's id in the file, once the monitor has created it."""
-        self._session.monitor.ready.wait(READY_TIMEOUT_S)
-        return self._session.monitor.run_id
+        """The run's id in the file, once the monitor has created it (None before a rebuilt loader iterates)."""
+        session = getattr(self, "_stallwatch_session", None)
+        if session is None:
+            return None
+        session.monitor.ready.wait(READY_TIMEOUT_S)
+        return session.monitor.run_id
 
     @property
     def loader(self) -> Any:
-        return self._loader
+        return self._stallwatch_loader
 
     def close(self) -> None:
         """Flush the last records and mark the run completed (or crashed). Idempotent."""
-        self._session.close()
+        session = getattr(self, "_stallwatch_session", None)
+        if session is not None:
+            session.close()
 
     def __enter__(self) -> WatchedLoader:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None) -> None:
+        session = getattr(self, "_stallwatch_session", None)
+        if session is None:
+            return
         if value is not None:
-            self._session.fail(value)
-        self._session.close()
+            session.fail(value)
+        session.close()
 
     def __repr__(self) -> str:
-        return f"watch({self._loader!r}, db={self._session.monitor.db_path!r})"
+        session = getattr(self, "_stallwatch_session", None)
+        db = None if session is None else session.monitor.db_path
+        return f"watch({self._stallwatch_loader!r}, db={db!r})"
+
+
+class _WatchedIterable(WatchedLoader):
+    """Any other iterable, recorded: iterates, measures and forwards everything else."""
+
+    def __init__(self, loader: Any, session: Session) -> None:
+        self._stallwatch_loader = loader
+        self._stallwatch_session = session
+
+    def __len__(self) -> int:
+        return len(self._stallwatch_loader)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name.startswith("_stallwatch"):
+            raise AttributeError(name)
+        return getattr(self._stallwatch_loader, name)
+
+
+# NOTE [ Watched DataLoader ]
+# Frameworks test isinstance(x, DataLoader): Lightning calls iter() once on
+# anything else (a phantom epoch that draws from the RNG) and injects no
+# DistributedSampler into it, so every rank would train on the whole data.
+# So a watched DataLoader is a DataLoader: an instance of a subclass of the
+# loader's own class, made per watch() call, that shares the original's
+# __dict__ (every attribute, Lightning's saved init arguments included, is
+# the original's, and a change through either shows in both) and keeps
+# stallwatch's two fields in slots. It adds no __init__, so inspect reads
+# the original signature; a framework that rebuilds it (type(x)(*args,
+# **kwargs), Lightning's sampler injection) gets a fresh instance of the
+# same subclass, which records its own run, under the same name, when it is
+# first iterated. Its class name is the original's, for the stored config.
+
+
+class _WatchedDataLoader(WatchedLoader):
+    __slots__ = ("_stallwatch_loader", "_stallwatch_session")
+    _stallwatch_spec: _Spec
+
+    def _stallwatch_start(self) -> Session:
+        session = getattr(self, "_stallwatch_session", None)
+        if session is None:  # the first iter(); or a loader a framework built from the watched one
+            session = type(self)._stallwatch_spec.session(self)
+            _set(self, session, getattr(self, "_stallwatch_loader", self))
+            weakref.finalize(self, session.close)  # the session holds this loader weakly
+        return session
+
+    @property
+    def run_id(self) -> int | None:
+        """The run's id in the file (the run starts with the first iteration, or now)."""
+        session = self._stallwatch_start()
+        session.monitor.ready.wait(READY_TIMEOUT_S)
+        return session.monitor.run_id
+
+
+class _Spec:
+    """What a watch() call records with, kept on its subclass so rebuilt loaders record alike."""
+
+    def __init__(self, db: str, name: str, rates: Rates, tags: dict[str, Any], monitor_kwargs: dict[str, Any]) -> None:
+        self.db, self.name, self.rates, self.tags = db, name, rates, tags
+        self.monitor_kwargs = {"origin": user_frame(), **monitor_kwargs}  # warnings point at the watch() line
+        self.base: Any = object  # the watched loader's own class
+
+    def session(self, twin: Any) -> Session:
+        """A session that holds the watched DataLoader weakly, so no cycle keeps its workers for the collector."""
+        from collector.record.autowatch import weak_loader  # See NOTE [ Weak loader ]
+
+        kwargs = dict(self.monitor_kwargs)
+        custom = kwargs.pop("iterate", None)  # a sweep's, to keep each epoch's iterator
+        base_iter: Any = self.base.__iter__
+        ref = weakref.ref(twin)
+
+        def iterate(_: Any) -> Iterator[Any]:
+            loader = ref()
+            original = getattr(loader, "_stallwatch_loader", loader)
+            if custom is not None and original is not loader:
+                return custom(original)  # the same iterator: the original shares the watched loader's __dict__
+            return base_iter(loader)
+
+        stand_in = weak_loader(twin)
+        return Session(stand_in, self.db, self.name, self.rates, dict(self.tags), iterate=iterate, **kwargs)
+
+
+def _watched_dataloader(loader: Any, spec: _Spec) -> WatchedLoader:
+    cls = type(loader)
+    spec.base = cls
+    namespace = {
+        "__slots__": (),
+        "_stallwatch_spec": spec,
+        "__module__": cls.__module__,
+        "__qualname__": cls.__qualname__,
+    }
+    twin_cls = type(cls.__name__, (_WatchedDataLoader, cls), namespace)
+    twin: Any = object.__new__(twin_cls)
+    object.__setattr__(twin, "__dict__", loader.__dict__)  # See NOTE [ Watched DataLoader ], and _set
+    _set(twin, None, loader)  # the run starts at the first iter(), with the configuration then
+    return twin
+
+
+def _set(twin: Any, session: Session | None, loader: Any) -> None:
+    # Past DataLoader.__setattr__: Lightning wraps it inside *_dataloader() hooks and replays every
+    # assignment on the loaders it rebuilds, which would hand them this loader's session.
+    object.__setattr__(twin, "_stallwatch_session", session)
+    object.__setattr__(twin, "_stallwatch_loader", loader)
+
+
+def _is_dataloader_class(cls: type) -> bool:
+    data = sys.modules.get("torch.utils.data")
+    return data is not None and issubclass(cls, data.DataLoader)
 
 
 def watch(
@@ -99,5 +218,15 @@ def watch(
             f"tags must be a mapping of names to values, e.g. tags={{'lr': 0.1}}, got {type(tags).__name__}"
         )
     name = run if run is not None else generated_name(int(time.time() * 1000) ^ os.getpid())
+    spec = _Spec(path, name, rates, dict(tags or {}), monitor_kwargs)
+    if _is_dataloader_class(type(loader)):
+        return _watched_dataloader(loader, spec)
     session = Session(loader, path, name, rates, dict(tags or {}), **monitor_kwargs)
-    return WatchedLoader(loader, session)
+    if getattr(loader, "base_dataloader", None) is not None:  # accelerate's DataLoaderShard and its kin
+        session.monitor.warn(
+            "wrapped-loader",
+            f"{type(loader).__name__} iterates its own generator around a DataLoader, so worker and queue fields "
+            "are not recorded: record it with `python -m collector run` or the Hugging Face callback "
+            "(collector.hf.StallwatchCallback), which record the DataLoader inside it",
+        )
+    return _WatchedIterable(loader, session)

@@ -147,3 +147,26 @@ def end_orphans(pids: Iterable[int], parent_pid: int, since: float) -> list[int]
         except (_psutil.Error, OSError):  # gone already, or not ours to end
             continue
     return ended
+
+
+def launcher_started_at(psutil: ModuleType = _psutil) -> float | None:
+    """Start time of the oldest ancestor (this process included) running this Python: the job's launcher.
+
+    torchrun's workers, torch.multiprocessing.spawn's children and the ranks
+    Lightning re-executes all descend from one such process. None when psutil
+    cannot read the process table.
+    """
+    try:
+        proc = psutil.Process()
+        exe = proc.exe()
+        oldest = proc
+        for parent in proc.parents():
+            try:
+                if parent.exe() != exe:
+                    break
+            except (psutil.Error, OSError):  # init, another user's process: not our launcher
+                break
+            oldest = parent
+        return float(oldest.create_time())
+    except (psutil.Error, OSError):
+        return None

@@ -1,0 +1,92 @@
+"""Advice that constructs: a shuffle change only where the loader can take one, and the line in the framework's terms."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from collector.diagnosis.findings import LOADER_ARGS, Suggestion
+
+if TYPE_CHECKING:
+    from collector.diagnosis.findings import Report
+
+# NOTE [ Advice that constructs ]
+# Every line the report prints must construct against the loader it was
+# recorded from. DataLoader raises ValueError for shuffle=True beside a
+# sampler, a batch_sampler or an IterableDataset, and prefetch_factor or
+# persistent_workers without workers; evaluation loaders have no reason to
+# shuffle. So shuffle is suggested only where the recorded configuration
+# (runinfo.loader_config: shuffle, sampler, batch_sampler, iterable_dataset)
+# and the stage allow it: as DataLoader(shuffle=True) with the default
+# sampler, as sampler=DistributedSampler(dataset, shuffle=True) beside a
+# DistributedSampler, and not at all elsewhere (a note says where the order
+# is decided instead). tests/test_advice.py builds every line.
+HF_ARGS = {
+    "num_workers": "dataloader_num_workers",
+    "pin_memory": "dataloader_pin_memory",
+    "prefetch_factor": "dataloader_prefetch_factor",
+    "persistent_workers": "dataloader_persistent_workers",
+}
+NEEDS_WORKERS = ("prefetch_factor", "persistent_workers")
+LIGHTNING_HOOKS = {"train": "train_dataloader", "val": "val_dataloader", "test": "test_dataloader"}
+LIGHTNING_HOOKS["predict"] = "predict_dataloader"
+EVALUATION = ("val", "test", "predict")
+DISTRIBUTED_SHUFFLE = "DistributedSampler(dataset, shuffle=True)"
+UNEVEN = "batches cost unevenly in dataset order; shuffling spreads the slow samples over all batches"
+
+
+def shuffle_advice(loader: Mapping[str, Any]) -> tuple[Suggestion | None, str | None]:
+    """(the shuffle change, or a note where none can be pasted) for a loader whose batches cost unevenly."""
+    stage, framework = loader.get("stage"), loader.get("framework")
+    if stage in EVALUATION:
+        return None, None  # order does not matter when evaluating: the cost is the same, shuffled or not
+    shuffle = loader.get("shuffle")
+    if shuffle is True:
+        return None, None
+    if shuffle is None:
+        where = "the IterableDataset's own stream" if loader.get("iterable_dataset") else None
+        if where is None and loader.get("batch_sampler") is not None and loader.get("batch_size") is None:
+            where = f"your batch_sampler ({loader.get('batch_sampler')})"
+        if where is None:
+            return None, None
+        return None, f"Batches cost unevenly in order; the order comes from {where}: shuffle there"
+    if framework == "hf":
+        return None, None  # the Trainer shuffles training data itself
+    if loader.get("sampler") == "DistributedSampler" and framework != "lightning":
+        reason = f"{UNEVEN}; call sampler.set_epoch(epoch) every epoch so each one is shuffled anew"
+        return _shuffle("sampler", "DistributedSampler(shuffle=False)", DISTRIBUTED_SHUFFLE, reason), None
+    if framework == "lightning" and loader.get("sampler") == "DistributedSampler":
+        return _shuffle("shuffle", False, True, f"{UNEVEN}; Lightning builds its DistributedSampler from it"), None
+    return _shuffle("shuffle", False, True, UNEVEN), None
+
+
+def _shuffle(parameter: str, current: Any, suggested: Any, reason: str) -> Suggestion:
+    return Suggestion(
+        parameter=parameter,
+        current=current,
+        suggested=suggested,
+        reason=reason,
+        expected_speedup=None,
+        rule_of_thumb=True,
+    )
+
+
+def code_change(report: Report) -> str | None:
+    """The report's suggestions as one line to paste. See NOTE [ Advice that constructs ]."""
+    chosen = {s.parameter: s.suggested for s in report.suggestions if s.parameter in LOADER_ARGS}
+    if not chosen:
+        return None
+    run = report.run
+    framework, stage = run.get("framework"), run.get("stage")
+    workers = (run.get("config") or {}).get("num_workers")
+    if any(p in chosen for p in NEEDS_WORKERS) and "num_workers" not in chosen and workers:
+        chosen = {"num_workers": workers, **chosen}  # the line holds on its own, whatever the defaults
+    if framework == "hf":
+        args = [f"{HF_ARGS[p]}={v!r}" for p, v in chosen.items() if p in HF_ARGS]
+        return f"TrainingArguments(..., {', '.join(args)})" if args else None
+    args = [f"{p}={v}" if p == "sampler" else f"{p}={v!r}" for p, v in chosen.items()]
+    line = f"DataLoader(..., {', '.join(args)})"
+    if framework == "lightning":
+        hook = LIGHTNING_HOOKS.get(stage or "train", "train_dataloader")
+        line += f"  # in {hook}() of your LightningDataModule or LightningModule"
+    return line

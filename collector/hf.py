@@ -1,0 +1,63 @@
+"""``Trainer(..., callbacks=[StallwatchCallback()])``: record every loader a Hugging Face Trainer iterates.
+
+Importing this module imports ``transformers``; ``import collector`` never does.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from transformers import TrainerCallback
+
+from collector.cli.verdict import print_verdicts
+from collector.record.scoped import Scoped
+
+
+class StallwatchCallback(TrainerCallback):
+    """Records the train, eval and predict DataLoaders of ``train()``, ``evaluate()`` and ``predict()``.
+
+    One run per loader and rank, named after the user's line (``train.py:70
+    train``, ``train.py:70 val``), with ``runs.stage``, rank and job id. The
+    DataLoader inside accelerate's DataLoaderShard is the one recorded, so worker
+    and queue fields are filled. When training ends, and after an ``evaluate()``
+    or ``predict()`` outside training, rank 0 prints the job's verdict on stderr.
+    """
+
+    def __init__(
+        self,
+        db: str | os.PathLike[str] | None = None,
+        *,
+        gpu_hz: float = 10.0,
+        host_hz: float = 2.0,
+        verdict: bool = True,
+    ) -> None:
+        self._recording = Scoped(db, gpu_hz, host_hz, {"callback": "hf"})
+        self._verdict = verdict
+        self._training = False
+
+    def on_init_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._recording.start()
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._recording.start()
+        self._training = True
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._training = False
+        self._report()
+
+    def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if not self._training:
+            self._report()
+
+    def on_predict(self, args: Any, state: Any, control: Any, metrics: Any = None, **kwargs: Any) -> None:
+        if not self._training:
+            self._report()
+
+    def _report(self) -> None:
+        # The Trainer may evaluate or predict again: keep recording, close only what ran so far.
+        runs = self._recording.finish(uninstall=False)
+        if self._verdict and runs:
+            print_verdicts(self._recording.db, runs, sys.stderr)

@@ -1,0 +1,50 @@
+"""``Trainer(callbacks=[StallwatchCallback()])``: record every loader a Lightning Trainer iterates, then its verdict.
+
+Importing this module imports Lightning (``lightning.pytorch``, else
+``pytorch_lightning``); ``import collector`` never does.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+try:
+    from lightning.pytorch.callbacks import Callback
+except ImportError:  # the older package name
+    from pytorch_lightning.callbacks import Callback  # type: ignore[assignment]
+
+from collector.cli.verdict import print_verdicts
+from collector.record.scoped import Scoped
+
+
+class StallwatchCallback(Callback):
+    """Records each train / val / test / predict DataLoader of every ``fit``, ``validate``, ``test`` and ``predict``.
+
+    One run per loader and rank, named after the user's line that built it and
+    the stage (``train.py:41 train``, ``train.py:44 val``), with ``runs.stage``,
+    rank and job id; at the end of each, rank 0 prints the job's verdict on
+    stderr (``verdict=False``: not). Training is unchanged: the loaders are
+    Lightning's own, timed as ``collector run`` times them.
+    """
+
+    def __init__(
+        self,
+        db: str | os.PathLike[str] | None = None,
+        *,
+        gpu_hz: float = 10.0,
+        host_hz: float = 2.0,
+        verdict: bool = True,
+    ) -> None:
+        super().__init__()
+        self._recording = Scoped(db, gpu_hz, host_hz, {"callback": "lightning"})
+        self._verdict = verdict
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        self._recording.start()
+
+    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        runs = self._recording.finish()
+        if self._verdict and runs:
+            print_verdicts(self._recording.db, runs, sys.stderr)
