@@ -71,21 +71,25 @@ def runs_table(path: str) -> pd.DataFrame:
     return load_runs_table(_reader(path, _identity(path)))
 
 
+Span = tuple[float, float] | None  # a range in seconds since the run started
+
+
 @st.cache_data(ttl=LIVE_TTL_S, show_spinner=False, max_entries=8)
-def _live_view(path: str, run_id: int, window_s: float | None) -> RunViewData:
-    return load_run_view(_reader(path, _identity(path)), run_id, window_s)
+def _live_view(path: str, run_id: int, window_s: float | None, span: Span) -> RunViewData:
+    return load_run_view(_reader(path, _identity(path)), run_id, window_s, span=span)
 
 
 @st.cache_data(ttl=STATIC_TTL_S, show_spinner=False, max_entries=16)
-def _static_view(path: str, run_id: int, window_s: float | None, version: Any) -> RunViewData:
-    return load_run_view(_reader(path, _identity(path)), run_id, window_s)
+def _static_view(path: str, run_id: int, window_s: float | None, span: Span, version: Any) -> RunViewData:
+    return load_run_view(_reader(path, _identity(path)), run_id, window_s, span=span)
 
 
-def run_view(path: str, run_id: int, window_s: float | None, run: dict[str, Any]) -> RunViewData:
-    """A live run is re-read each second; a finished one once (its rows no longer change)."""
+def run_view(path: str, run_id: int, window_s: float | None, run: dict[str, Any], span: Span = None) -> RunViewData:
+    """A live run is re-read each refresh; a finished one once (its rows no longer change)."""
     if run.get("state") == "running":
-        return _live_view(path, run_id, window_s)
-    return _static_view(path, run_id, window_s, (run.get("status"), run.get("heartbeat_at"), run.get("ended_at")))
+        return _live_view(path, run_id, window_s, span)
+    version = (run.get("status"), run.get("heartbeat_at"), run.get("ended_at"))
+    return _static_view(path, run_id, window_s, span, version)
 
 
 @st.cache_data(ttl=LIVE_TTL_S * 2, show_spinner=False, max_entries=8)

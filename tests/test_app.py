@@ -16,7 +16,7 @@ from helpers import file_digest, make_bad_file, texts
 from streamlit.testing.v1 import AppTest
 
 from app import state
-from app.charts.timeline import TITLE_GPU, TITLE_LOOP
+from app.charts.timeline import GPU_SUFFIX, TITLE_PHASES, TITLE_TREND
 from app.components.findings import VERDICTS
 from app.settings import db_from_args, default_db
 
@@ -47,7 +47,7 @@ def test_run_view_shows_the_newest_run_with_verdict_headline_and_charts(app_for:
     ]
     assert at.metric[3].value.endswith("/ 16")  # num_workers=4 * prefetch_factor=4
     titles = chart_titles(at)
-    assert len(titles) == 7 and titles[0] == TITLE_LOOP
+    assert len(titles) == 7 and titles[0] == TITLE_PHASES  # 60 batches: each one drawn
 
 
 def test_starved_run_shows_input_bound_and_the_line_to_paste(app_for: AppFor, recorded_db: str) -> None:
@@ -109,7 +109,7 @@ def test_downloads_give_every_batch_as_csv_and_parquet(recorded_db: str) -> None
 def test_text_report_names_the_verdict_and_the_change(recorded_db: str) -> None:
     from app.components import downloads
     from app.diagnosis import Report, diagnose
-    from collector.cli.report import render
+    from collector.diagnosis.text import render
 
     report = diagnose(recorded_db, 1)
     assert isinstance(report, Report)
@@ -142,7 +142,7 @@ def test_run_without_gpu_data_shows_loop_busy_and_gpu_run_shows_utilisation(app_
     at = app_for(gpu_db)
     assert_clean(at)
     assert "Mean GPU utilisation" in [m.label for m in at.metric]
-    assert chart_titles(at)[0] == TITLE_GPU
+    assert chart_titles(at)[0] == TITLE_TREND + GPU_SUFFIX  # 20,000 batches: shares per slice
 
 
 @pytest.mark.parametrize("kind", ["empty", "not-sqlite", "foreign", "newer-schema", "corrupt"])

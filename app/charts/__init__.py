@@ -13,14 +13,15 @@ if TYPE_CHECKING:
 def build_run_figures(data: RunViewData) -> dict[str, go.Figure]:
     """Every figure of the run view, by name."""
     from app.charts import batches, host, timeline, workers
-    from app.data import busy_curve
+    from app.data import gpu_curve, trend_shares, trend_width
 
     origin = data.origin
     env = data.batches.assign(t=data.batches["t"] - origin)
-    waits = None if data.waits is None else data.waits - origin
+    phases = None if data.phases is None else data.phases - origin
     epochs = data.epochs["started_at"] - origin if not data.epochs.empty else None
+    gpu = gpu_curve(data) if phases is not None else gpu_curve(data, trend_width(data))
     return {
-        "utilisation": timeline.utilisation_figure(busy_curve(data), env, waits, epochs),
+        "utilisation": timeline.utilisation_figure(trend_shares(data), phases, gpu, epochs),
         "wait_step": batches.wait_step_figure(env),
         "queue": batches.queue_figure(env, data.headline.capacity),
         "histogram": batches.histogram_figure(data.hist),

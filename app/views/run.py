@@ -14,14 +14,24 @@ from app.charts.batches import duration
 from app.components import welcome
 from app.components.downloads import downloads
 from app.components.findings import findings, verdict_banner
-from app.data import RunViewData
+from app.data import PHASE_BATCHES, RunViewData
+from app.diagnosis import Unavailable
 from app.guard import page_boundary
+from collector.diagnosis.findings import Report
+from collector.diagnosis.text import WAITING_DEFINITION
 from collector.errors import StallwatchError, UnknownRun
 from collector.store.reader import STALE_AFTER_S
 
 BadgeColor = Literal["red", "orange", "blue", "green", "gray"]
 REFRESH_S = 1.0
-WINDOWS: dict[str, float | None] = {"Last 30 s": 30.0, "Last 2 min": 120.0, "Last 10 min": 600.0, "Whole run": None}
+RANGE = "Pick a range"
+WINDOWS: dict[str, float | None] = {
+    "Last 30 s": 30.0,
+    "Last 2 min": 120.0,
+    "Last 10 min": 600.0,
+    "Whole run": None,
+    RANGE: None,
+}
 PLOT_CONFIG = {"displaylogo": False, "scrollZoom": False}
 
 
@@ -49,8 +59,25 @@ def page() -> None:
         label_visibility="collapsed",
     )
     window_s = WINDOWS[window_label or "Whole run"]
+    span = _range_slider(run) if window_label == RANGE else None
     body = st.fragment(run_every=REFRESH_S if live else None)(_body)
-    body(path, int(run["id"]), window_s, live)
+    body(path, int(run["id"]), window_s, span, live)
+
+
+def _range_slider(run: dict[str, Any]) -> tuple[float, float]:
+    """A range of the run, in seconds since it started: zoom in until each batch shows as its compute and wait."""
+    end = max(float(run.get("heartbeat_at") or 0.0), float(run.get("ended_at") or 0.0)) - float(run["started_at"])
+    end = max(round(end, 1), 1.0)
+    low, high = st.slider(
+        "Range shown (seconds since the run started)",
+        min_value=0.0,
+        max_value=end,
+        value=(max(0.0, end - 10.0), end),
+        step=0.1,
+        key=f"sw_range_{run['id']}",
+        help=f"With {PHASE_BATCHES:,} batches or fewer in the range, the first chart draws every batch.",
+    )
+    return float(low), float(high)
 
 
 def _header(run: dict[str, Any]) -> None:
@@ -88,12 +115,12 @@ def _header(run: dict[str, Any]) -> None:
         )
 
 
-def _body(path: str, run_id: int, window_s: float | None, live: bool) -> None:
+def _body(path: str, run_id: int, window_s: float | None, span: tuple[float, float] | None, live: bool) -> None:
     with page_boundary(path):  # a fragment rerun raises here, not in the router
-        _draw(path, run_id, window_s, live)
+        _draw(path, run_id, window_s, span, live)
 
 
-def _draw(path: str, run_id: int, window_s: float | None, live: bool) -> None:
+def _draw(path: str, run_id: int, window_s: float | None, span: tuple[float, float] | None, live: bool) -> None:
     reader = state.open_reader(path)
     if isinstance(reader, str):
         st.error(reader, icon=":material/error:")
@@ -102,7 +129,7 @@ def _draw(path: str, run_id: int, window_s: float | None, live: bool) -> None:
         run = reader.run(run_id)
         if live and run["state"] != "running":
             st.rerun()  # it just stopped: redraw the whole page as a finished run, without the timer
-        data = state.run_view(path, run_id, window_s, run)
+        data = state.run_view(path, run_id, window_s, run, span)
     except StallwatchError as exc:
         st.error(str(exc), icon=":material/error:")
         return
@@ -113,17 +140,23 @@ def _draw(path: str, run_id: int, window_s: float | None, live: bool) -> None:
     # draw the charts first and fill the banner in above them when it is ready.
     # A live view diagnoses only its recent window (fast) and renders in order:
     # a placeholder filled late inside a run_every fragment did not reach the page.
-    report = state.run_diagnosis(path, run_id, window_s, run) if live else None
+    # NOTE [ One report per moment ]
+    # The banner, the cards and the findings all read the one Report fetched
+    # here, so they cannot disagree (See NOTE [ One waiting figure ]). It covers
+    # the window shown; a picked range is not a window the diagnosis takes, so
+    # the report covers the whole run then, and says so.
+    scope = None if span is not None else window_s
+    report = state.run_diagnosis(path, run_id, scope, run) if live else None
     banner = st.empty()
     if report is not None:
-        verdict_banner(report)
+        with banner.container():
+            _summary(report, data, scope)
     if data.headline.batches == 0:
         st.info(
             "This run has no batches recorded" + (" yet: the loop has not asked for its first batch." if live else "."),
             icon=":material/hourglass_empty:",
         )
         return
-    _headline(data)
     figures = build_run_figures(data)
     st.plotly_chart(figures["utilisation"], width="stretch", config=PLOT_CONFIG, key="sw_fig_utilisation")
     findings_slot = st.container()
@@ -135,37 +168,48 @@ def _draw(path: str, run_id: int, window_s: float | None, live: bool) -> None:
         st.caption(f":material/info: collector: {warning}")
     if report is None:
         with banner.container(), st.spinner("Diagnosing…"):
-            report = state.run_diagnosis(path, run_id, None, run)
+            report = state.run_diagnosis(path, run_id, scope, run)
         with banner.container():
-            verdict_banner(report)
+            _summary(report, data, scope)
     with findings_slot:
         findings(report)
     if not live:
         downloads(path, run, report)
 
 
-def _headline(data: RunViewData) -> None:
+def _summary(report: Report | Unavailable, data: RunViewData, scope_s: float | None) -> None:
+    verdict_banner(report)
+    if data.headline.batches:
+        _headline(report, data, scope_s)
+
+
+def _headline(report: Report | Unavailable, data: RunViewData, scope_s: float | None) -> None:
+    """The cards: the report's numbers (the banner's), and the loader's queue at the newest batch."""
     h = data.headline
+    summary = report.summary if isinstance(report, Report) else {}
+    over = "the whole run" if scope_s is None else f"the last {duration(scope_s)}"
+    waiting = summary.get("stall_fraction")
+    rate = summary.get("batches_per_s", h.batches_per_s)
+    util = (summary.get("gpu_util_pct") or {}).get("mean") if summary else h.gpu_util_pct
     c1, c2, c3, c4 = st.columns(4, border=True)
     c1.metric(
         "Time waiting for data",
-        "—" if h.wait_fraction is None else f"{h.wait_fraction:.0%}",
-        help="Share of the loop's time spent blocked in next(), waiting for the DataLoader.",
+        "—" if waiting is None else f"{waiting:.0%}",
+        help=f"{WAITING_DEFINITION} Over {over}." + ("" if waiting is not None else " Not enough batches for it yet."),
     )
     c2.metric(
         "Batches per second",
-        "—" if h.batches_per_s is None else f"{h.batches_per_s:,.1f}",
-        help=f"{h.batches:,} batches in the time shown.",
+        "—" if rate is None else f"{rate:,.1f}",
+        help=f"Over {over}: {summary.get('batches', h.batches):,} batches.",
     )
-    if h.gpu_util_pct is not None:
-        c3.metric("Mean GPU utilisation", f"{h.gpu_util_pct:.0f}%")
+    if util is not None:
+        c3.metric("Mean GPU utilisation", f"{util:.0f}%", help=f"NVML samples over {over}.")
     else:
-        busy = "—" if h.wait_fraction is None else f"{1 - h.wait_fraction:.0%}"
         c3.metric(
             "Loop busy (no GPU data)",
-            busy,
-            help="No GPU samples were recorded (no NVIDIA driver/GPU). Shown instead: the share of the loop's "
-            "time not spent waiting for data.",
+            "—" if waiting is None else f"{1 - waiting:.0%}",
+            help="No GPU samples were recorded (no NVIDIA driver/GPU). Shown instead: 100% minus the time "
+            "waiting for data.",
         )
     if h.ready is None:
         c4.metric(

@@ -8,7 +8,6 @@ import sys
 from typing import Any
 
 from collector.cli.args import positive_float
-from collector.diagnosis.text import render
 from collector.errors import StallwatchError
 
 EXIT_USAGE = 2
@@ -38,7 +37,8 @@ def _batch_count(text: str) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
-    from collector.diagnosis import diagnose
+    from collector.diagnosis import diagnose  # pandas: imported only when a report is asked for
+    from collector.diagnosis.text import render
 
     try:
         report = diagnose(args.db, args.run, window_s=args.window_s, last_batches=args.last_batches, live=args.live)
