@@ -14,6 +14,7 @@ from app.data import CompareData, RunViewData, encode_table, load_compare, load_
 from app.settings import default_db
 from collector.diagnosis.findings import Report
 from collector.errors import StallwatchError
+from collector.store import job_queries
 from collector.store.reader import Reader
 
 DB_KEY = "sw_db"  # the file the user opened in the sidebar (overrides --db / STALLWATCH_DB)
@@ -118,3 +119,9 @@ def compare_data(path: str, run_ids: tuple[int, ...]) -> CompareData:
 def table_bytes(path: str, run_id: int, table: str, fmt: str) -> bytes:
     """One of a run's tables as CSV or Parquet bytes (built when the user clicks download)."""
     return encode_table(_reader(path, _identity(path)), run_id, table, fmt)
+
+
+@st.cache_data(ttl=2.0, show_spinner=False, max_entries=16)
+def job_shares(path: str, job_id: str) -> pd.DataFrame:
+    """Each rank's share of time waiting for data over the job (job_queries.rank_wait_shares)."""
+    return job_queries.rank_wait_shares(_reader(path, _identity(path)), job_id)

@@ -27,7 +27,8 @@ COLORS = {
 }
 SERIES = ("#1c7ed6", "#e8590c", "#2b8a3e", "#ae3ec9", "#f08c00", "#0c8599", "#c2255c", "#5c940d")
 TIME_AXIS = "time since the run started (s)"
-HEIGHT = 300
+HEIGHT = 330
+LEGEND_Y = -0.22  # paper units: under the x axis title
 
 
 def layout(fig: go.Figure, title: str, y_title: str, *, height: int = HEIGHT, x_title: str = TIME_AXIS) -> go.Figure:
@@ -35,8 +36,10 @@ def layout(fig: go.Figure, title: str, y_title: str, *, height: int = HEIGHT, x_
         template="plotly_white",
         title={"text": title, "x": 0.0, "xanchor": "left", "font": {"size": 15}},
         height=height,
-        margin={"l": 60, "r": 20, "t": 60, "b": 45},
-        legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "right", "x": 1.0},
+        margin={"l": 60, "r": 20, "t": 50, "b": 45},
+        # Below the plot, where a long legend grows downwards (the margin grows with it),
+        # never up into the title.
+        legend={"orientation": "h", "yanchor": "top", "y": LEGEND_Y, "xanchor": "left", "x": 0.0},
         hovermode="x",
     )
     fig.update_xaxes(title_text=x_title, showgrid=True, gridcolor="#eef0f2")

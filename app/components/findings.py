@@ -53,7 +53,7 @@ def findings(report: Report | Unavailable) -> None:
         st.subheader("What to change", divider="gray")
         change = report.code_change()
         if change:
-            st.code(change, language="python")
+            st.code(change, language="python", wrap_lines=True)
         if not report.suggestions:
             st.write("Nothing to change in the DataLoader.")
         for s in report.suggestions:
