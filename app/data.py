@@ -16,7 +16,7 @@ from collector.store.reader import Reader
 HEATMAP_COLUMNS = 600  # time columns in the per-core CPU heatmap
 BATCHES_PER_BUSY_BUCKET = 4
 HISTOGRAM_SAMPLE = 100_000  # batches; a longer window's histogram and worker chart read a systematic sample
-PHASE_BATCHES = 2_000  # up to this many batches in the window, the headline chart draws each one
+PHASE_BATCHES = 400  # up to this many batches in the window (3+ px each), the headline chart draws each one
 TREND_BUCKETS = 240  # else it draws the busy and waiting share of this many time buckets
 
 
@@ -68,10 +68,12 @@ def load_run_view(
     window_s: float | None,
     buckets: int = series.DEFAULT_BUCKETS,
     span: tuple[float, float] | None = None,
+    details: bool = True,
 ) -> RunViewData:
     """Load one run; ``window_s`` limits it to the newest seconds (the live view), None is the whole run.
 
     ``span`` (seconds since the run started, as the charts' axis) picks a range instead.
+    ``details=False`` leaves out what only the detail charts draw (histogram, workers, host, memory).
     """
     run = reader.run(run_id)
     bounds = series.batch_bounds(reader, run_id)
@@ -86,12 +88,13 @@ def load_run_view(
     every = _histogram_stride(epochs, t0, t1, origin)
     with ThreadPoolExecutor(max_workers=3) as pool:  # sqlite3 releases the GIL while a query runs
         batches = pool.submit(series.batch_envelope, reader, run_id, t0, t1, buckets)
-        hist = pool.submit(series.wait_histogram, reader, run_id, t0, t1, every=every)
-        workers = pool.submit(series.worker_envelope, reader, run_id, t0, t1, every=every)
+        skip = pool.submit(pd.DataFrame)
+        hist = pool.submit(series.wait_histogram, reader, run_id, t0, t1, every=every) if details else skip
+        workers = pool.submit(series.worker_envelope, reader, run_id, t0, t1, every=every) if details else skip
         phases = series.batch_phases(reader, run_id, t0, t1, limit=PHASE_BATCHES)
         gpu = series.gpu_envelope(reader, run_id, t0, t1, buckets)
-        host_rows = series.host_samples(reader, run_id, t0, t1)
-        memory = series.memory_envelope(reader, run_id, t0, t1, buckets)
+        host_rows = series.host_samples(reader, run_id, t0, t1) if details else pd.DataFrame()
+        memory = series.memory_envelope(reader, run_id, t0, t1, buckets) if details else pd.DataFrame()
         ready, in_flight = series.latest_queue(reader, run_id)
         env = batches.result()
         host, mem_available = _reduce_host(host_rows, t0, t1)

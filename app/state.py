@@ -22,6 +22,7 @@ RUN_KEY = "sw_run"  # the run id picked in the sidebar
 COMPARE_KEY = "sw_compare"  # run ids picked for the compare view
 LIVE_TTL_S = 1.0
 STATIC_TTL_S = 600.0
+LIVE_DIAGNOSIS_TTL_S = 10.0  # a live run's banner, cards and findings: re-diagnosed at most this often
 
 
 def take_run_from_url() -> None:
@@ -76,8 +77,8 @@ Span = tuple[float, float] | None  # a range in seconds since the run started
 
 
 @st.cache_data(ttl=LIVE_TTL_S, show_spinner=False, max_entries=8)
-def _live_view(path: str, run_id: int, window_s: float | None, span: Span) -> RunViewData:
-    return load_run_view(_reader(path, _identity(path)), run_id, window_s, span=span)
+def _live_view(path: str, run_id: int, window_s: float | None, span: Span, details: bool) -> RunViewData:
+    return load_run_view(_reader(path, _identity(path)), run_id, window_s, span=span, details=details)
 
 
 @st.cache_data(ttl=STATIC_TTL_S, show_spinner=False, max_entries=16)
@@ -85,15 +86,17 @@ def _static_view(path: str, run_id: int, window_s: float | None, span: Span, ver
     return load_run_view(_reader(path, _identity(path)), run_id, window_s, span=span)
 
 
-def run_view(path: str, run_id: int, window_s: float | None, run: dict[str, Any], span: Span = None) -> RunViewData:
-    """A live run is re-read each refresh; a finished one once (its rows no longer change)."""
+def run_view(
+    path: str, run_id: int, window_s: float | None, run: dict[str, Any], span: Span = None, details: bool = True
+) -> RunViewData:
+    """A live run is re-read each refresh (``details=False``: only what the headline draws); a finished one once."""
     if run.get("state") == "running":
-        return _live_view(path, run_id, window_s, span)
+        return _live_view(path, run_id, window_s, span, details)
     version = (run.get("status"), run.get("heartbeat_at"), run.get("ended_at"))
     return _static_view(path, run_id, window_s, span, version)
 
 
-@st.cache_data(ttl=LIVE_TTL_S * 2, show_spinner=False, max_entries=8)
+@st.cache_data(ttl=LIVE_DIAGNOSIS_TTL_S, show_spinner=False, max_entries=8)
 def _live_diagnosis(path: str, run_id: int, window_s: float | None) -> Report | diagnosis.Unavailable:
     return diagnosis.diagnose(path, run_id, window_s, live=True)
 

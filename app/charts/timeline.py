@@ -115,26 +115,9 @@ def _trend_traces(fig: go.Figure, trend: pd.DataFrame) -> None:
 
 
 def _gpu_traces(fig: go.Figure, gpu: pd.DataFrame, *, fine: bool) -> None:
-    """Zoomed in: every sample (the min/max envelope). Zoomed out: the mean per bucket over a light min-max band."""
+    """Zoomed in: every sample (the min/max envelope). Zoomed out: the mean per slice, as the shares are."""
     if fine:
-        xs, ys = envelope_xy(gpu["t"], gpu["util_min"], gpu["util_max"])
-        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=GPU, line={"color": COLORS["gpu"], "width": 1.8}))
-        return
-    fig.add_trace(
-        go.Scatter(x=gpu["t"], y=gpu["util_min"], mode="lines", line={"width": 0}, showlegend=False, hoverinfo="skip")
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=gpu["t"],
-            y=gpu["util_max"],
-            mode="lines",
-            line={"width": 0},
-            fill="tonexty",
-            fillcolor=COLORS["gpu_band"],
-            name="GPU min–max",
-            hoverinfo="skip",
-        )
-    )
-    fig.add_trace(
-        go.Scatter(x=gpu["t"], y=gpu["util_mean"], mode="lines", name=GPU, line={"color": COLORS["gpu"], "width": 2})
-    )
+        x, y = envelope_xy(gpu["t"], gpu["util_min"], gpu["util_max"])
+    else:
+        x, y = gpu["t"].to_numpy(), gpu["util_mean"].to_numpy()
+    fig.add_trace(go.Scatter(x=x, y=y, mode="lines", name=GPU, line={"color": COLORS["gpu"], "width": 2}))

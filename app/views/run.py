@@ -9,7 +9,7 @@ from typing import Any, Literal
 import streamlit as st
 
 from app import state
-from app.charts import build_run_figures
+from app.charts import detail_figures, headline_figure
 from app.charts.batches import duration
 from app.components import welcome
 from app.components.downloads import downloads
@@ -23,9 +23,11 @@ from collector.errors import StallwatchError, UnknownRun
 from collector.store.reader import STALE_AFTER_S
 
 BadgeColor = Literal["red", "orange", "blue", "green", "gray"]
-REFRESH_S = 1.0
+REFRESH_S = 2.0  # the headline of a live run
+DETAIL_REFRESH_S = 10.0  # the detail charts of a live run
 RANGE = "Pick a range"
 WINDOWS: dict[str, float | None] = {
+    "Last 10 s": 10.0,
     "Last 30 s": 30.0,
     "Last 2 min": 120.0,
     "Last 10 min": 600.0,
@@ -60,8 +62,7 @@ def page() -> None:
     )
     window_s = WINDOWS[window_label or "Whole run"]
     span = _range_slider(run) if window_label == RANGE else None
-    body = st.fragment(run_every=REFRESH_S if live else None)(_body)
-    body(path, int(run["id"]), window_s, span, live)
+    _body(path, int(run["id"]), window_s, span, live)
 
 
 def _range_slider(run: dict[str, Any]) -> tuple[float, float]:
@@ -116,65 +117,102 @@ def _header(run: dict[str, Any]) -> None:
 
 
 def _body(path: str, run_id: int, window_s: float | None, span: tuple[float, float] | None, live: bool) -> None:
-    with page_boundary(path):  # a fragment rerun raises here, not in the router
-        _draw(path, run_id, window_s, span, live)
+    if live:
+        # NOTE [ Cheap live page ]: the headline (banner, cards, first chart) refreshes every
+        # REFRESH_S; the six detail charts, slower-moving and most of the drawing cost, every
+        # DETAIL_REFRESH_S; the diagnosis behind the banner is cached for state.LIVE_DIAGNOSIS_TTL_S.
+        st.fragment(run_every=REFRESH_S)(_live_top)(path, run_id, window_s, span)
+        st.fragment(run_every=DETAIL_REFRESH_S)(_live_details)(path, run_id, window_s, span)
+    else:
+        st.fragment(_finished)(path, run_id, window_s, span)
 
 
-def _draw(path: str, run_id: int, window_s: float | None, span: tuple[float, float] | None, live: bool) -> None:
+def _load(
+    path: str, run_id: int, window_s: float | None, span: tuple[float, float] | None, live: bool, details: bool = True
+) -> tuple[dict[str, Any], RunViewData] | None:
+    """The run and its series, or None after saying why not; a live run that just stopped reruns the page."""
     reader = state.open_reader(path)
     if isinstance(reader, str):
         st.error(reader, icon=":material/error:")
-        return
+        return None
     try:
         run = reader.run(run_id)
         if live and run["state"] != "running":
-            st.rerun()  # it just stopped: redraw the whole page as a finished run, without the timer
-        data = state.run_view(path, run_id, window_s, run, span)
+            st.rerun(scope="app")  # it just stopped: redraw the whole page as a finished run, without the timer
+        return run, state.run_view(path, run_id, window_s, run, span, details)
     except StallwatchError as exc:
         st.error(str(exc), icon=":material/error:")
-        return
-    if live:
+        return None
+
+
+# NOTE [ One report per moment ]
+# The banner, the cards and the findings all read one Report, so they cannot
+# disagree (See NOTE [ One waiting figure ]). It covers the window shown; a
+# picked range is not a window the diagnosis takes, so it covers the whole run
+# then, and the cards say so.
+def _live_top(path: str, run_id: int, window_s: float | None, span: tuple[float, float] | None) -> None:
+    with page_boundary(path):  # a fragment rerun raises here, not in the router
+        loaded = _load(path, run_id, window_s, span, live=True, details=False)
+        if loaded is None:
+            return
+        run, data = loaded
         st.caption(f":green[●] live, refreshed every {REFRESH_S:g} s · last record {_ago(data.t1)}")
-    # NOTE [ Diagnosis after the charts ]
-    # The diagnosis of a long finished run takes longer than its reduced series:
-    # draw the charts first and fill the banner in above them when it is ready.
-    # A live view diagnoses only its recent window (fast) and renders in order:
-    # a placeholder filled late inside a run_every fragment did not reach the page.
-    # NOTE [ One report per moment ]
-    # The banner, the cards and the findings all read the one Report fetched
-    # here, so they cannot disagree (See NOTE [ One waiting figure ]). It covers
-    # the window shown; a picked range is not a window the diagnosis takes, so
-    # the report covers the whole run then, and says so.
-    scope = None if span is not None else window_s
-    report = state.run_diagnosis(path, run_id, scope, run) if live else None
-    banner = st.empty()
-    if report is not None:
+        scope = None if span is not None else window_s
+        report = state.run_diagnosis(path, run_id, scope, run)
+        _summary(report, data, scope)
+        if data.headline.batches == 0:
+            st.info(
+                "This run has no batches recorded yet: the loop has not asked for its first batch.",
+                icon=":material/hourglass_empty:",
+            )
+            return
+        st.plotly_chart(headline_figure(data), width="stretch", config=PLOT_CONFIG, key="sw_fig_utilisation")
+        findings(report)
+
+
+def _live_details(path: str, run_id: int, window_s: float | None, span: tuple[float, float] | None) -> None:
+    with page_boundary(path):
+        loaded = _load(path, run_id, window_s, span, live=True)
+        if loaded is not None and loaded[1].headline.batches:
+            _details(loaded[1])
+
+
+def _finished(path: str, run_id: int, window_s: float | None, span: tuple[float, float] | None) -> None:
+    with page_boundary(path):
+        loaded = _load(path, run_id, window_s, span, live=False)
+        if loaded is None:
+            return
+        run, data = loaded
+        if data.headline.batches == 0:
+            st.info("This run has no batches recorded.", icon=":material/hourglass_empty:")
+            return
+        # NOTE [ Diagnosis after the charts ]
+        # The diagnosis of a long finished run takes longer than its reduced series:
+        # draw the charts first and fill the banner and cards in above them when it is
+        # ready. (A live view diagnoses only its recent window, fast, and renders in
+        # order: a placeholder filled late inside a run_every fragment did not reach the page.)
+        scope = None if span is not None else window_s
+        banner = st.empty()
+        st.plotly_chart(headline_figure(data), width="stretch", config=PLOT_CONFIG, key="sw_fig_utilisation")
+        findings_slot = st.container()
+        _details(data)
+        with banner.container(), st.spinner("Diagnosing…"):
+            report = state.run_diagnosis(path, run_id, scope, run)
         with banner.container():
             _summary(report, data, scope)
-    if data.headline.batches == 0:
-        st.info(
-            "This run has no batches recorded" + (" yet: the loop has not asked for its first batch." if live else "."),
-            icon=":material/hourglass_empty:",
-        )
-        return
-    figures = build_run_figures(data)
-    st.plotly_chart(figures["utilisation"], width="stretch", config=PLOT_CONFIG, key="sw_fig_utilisation")
-    findings_slot = st.container()
+        with findings_slot:
+            findings(report)
+        downloads(path, run, report)
+
+
+def _details(data: RunViewData) -> None:
+    figures = detail_figures(data)
     for left, right in (("wait_step", "histogram"), ("queue", "workers"), ("cpu", "memory")):
         a, b = st.columns(2, gap="medium")
         a.plotly_chart(figures[left], width="stretch", config=PLOT_CONFIG, key=f"sw_fig_{left}")
         b.plotly_chart(figures[right], width="stretch", config=PLOT_CONFIG, key=f"sw_fig_{right}")
     for warning in data.warnings:
         st.caption(f":material/info: collector: {warning}")
-    if report is None:
-        with banner.container(), st.spinner("Diagnosing…"):
-            report = state.run_diagnosis(path, run_id, scope, run)
-        with banner.container():
-            _summary(report, data, scope)
-    with findings_slot:
-        findings(report)
-    if not live:
-        downloads(path, run, report)
 
 
 def _summary(report: Report | Unavailable, data: RunViewData, scope_s: float | None) -> None:

@@ -79,6 +79,12 @@ def streamlit_args(script: Path, db: str, host: str, port: int) -> list[str]:
         "true",
         "--browser.gatherUsageStats",
         "false",
+        # As app/.streamlit/config.toml says why: a full gc.collect() after each refresh and
+        # the polling watcher of the app's sources were most of an open live page's CPU.
+        "--runner.postScriptGC",
+        "false",
+        "--server.fileWatcherType",
+        "none",
         "--",
         "--db",
         os.path.abspath(db),
