@@ -25,6 +25,9 @@ def verdict_banner(report: Report | Unavailable) -> None:
         return
     title, sentence = VERDICTS.get(report.verdict, (report.verdict, ""))
     lead = report.symptoms[0].evidence if report.symptoms else sentence
+    if report.verdict == "insufficient-data":  # the cards show the figure already: the banner must agree
+        s = report.summary
+        lead = f"waiting for data {s['stall_fraction']:.0%} of the time so far, over {s['batches']} batches; keep it running."
     text = f"**{title}** — {lead}"
     if report.verdict == "input-bound":
         st.error(text, icon=":material/hourglass_top:")
