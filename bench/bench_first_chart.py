@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_dashboard import build_synthetic  # noqa: E402
-from bench_live_page import CHROMIUM, REPO, free_port, wait_healthy  # noqa: E402
+from bench_dashboard import build_synthetic
+from bench_live_page import CHROMIUM, REPO, free_port, wait_healthy
 
 FIRST_CHART = ".js-plotly-plot .main-svg"
 

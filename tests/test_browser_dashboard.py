@@ -86,7 +86,9 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, env=env)
     (wheel,) = (root / "dist").glob("stallwatch-*.whl")
-    subprocess.run([venv / "bin" / "python", "-m", "pip", "-q", "install", "--no-deps", str(wheel)], check=True, env=env)
+    subprocess.run(
+        [venv / "bin" / "python", "-m", "pip", "-q", "install", "--no-deps", str(wheel)], check=True, env=env
+    )
     return venv
 
 

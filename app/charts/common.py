@@ -27,8 +27,8 @@ COLORS = {
 }
 SERIES = ("#1c7ed6", "#e8590c", "#2b8a3e", "#ae3ec9", "#f08c00", "#0c8599", "#c2255c", "#5c940d")
 TIME_AXIS = "time since the run started (s)"
-HEIGHT = 330
-LEGEND_Y = -0.22  # paper units: under the x axis title
+HEIGHT = 350
+LEGEND_Y = -0.3  # paper units: under the x axis title and its tick labels
 
 
 # NOTE [ Cheap figures ]

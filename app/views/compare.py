@@ -47,7 +47,7 @@ def page() -> None:
         width="stretch",
         column_config={
             "waiting for data": st.column_config.ProgressColumn(
-                format="percent", min_value=0, max_value=1, help=WAITING_DEFINITION
+                format="%.0f%%", min_value=0, max_value=100, help=WAITING_DEFINITION
             ),
             "batches/s": st.column_config.NumberColumn(format="%.1f"),
             "speed-up vs baseline": st.column_config.NumberColumn(format="×%.2f"),
@@ -73,7 +73,7 @@ def summary_frame(runs: pd.DataFrame) -> pd.DataFrame:
             "batches": runs["batches"],
             "batches/s": runs["batches_per_s"],
             "speed-up vs baseline": [None if not base or r is None else r / base for r in runs["batches_per_s"]],
-            "waiting for data": runs["wait_fraction"],
+            "waiting for data": pd.to_numeric(runs["wait_fraction"], errors="coerce") * 100,
             "GPU util": ["no GPU data" if u is None or pd.isna(u) else f"{u:.0f}%" for u in runs["gpu_util_pct"]],
         }
     )

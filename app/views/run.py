@@ -212,7 +212,8 @@ def _details(data: RunViewData) -> None:
         a.plotly_chart(figures[left], width="stretch", config=PLOT_CONFIG, key=f"sw_fig_{left}")
         b.plotly_chart(figures[right], width="stretch", config=PLOT_CONFIG, key=f"sw_fig_{right}")
     for warning in data.warnings:
-        st.caption(f":material/info: collector: {warning}")
+        # One quiet line each, as the command line shows them (the text may start "stallwatch: " too).
+        st.caption(f":material/info: collector note: {warning.removeprefix('stallwatch: ')}")
 
 
 def _summary(report: Report | Unavailable, data: RunViewData, scope_s: float | None) -> None:

@@ -33,9 +33,9 @@ def page() -> None:
             "started": st.column_config.DatetimeColumn("started", format="YYYY-MM-DD HH:mm:ss"),
             "wait share": st.column_config.ProgressColumn(
                 "waiting for data",
-                format="percent",
+                format="%.0f%%",  # as the cards round it
                 min_value=0,
-                max_value=1,
+                max_value=100,
                 help=WAITING_DEFINITION + f" Computed with the verdict, for the newest {VERDICT_RUNS} runs.",
             ),
             "batches/s": st.column_config.NumberColumn(format="%.1f"),
@@ -113,7 +113,7 @@ def runs_frame(path: str, runs: pd.DataFrame) -> pd.DataFrame:
                 "started": dt.datetime.fromtimestamp(float(r["started_at"])),
                 "verdict": verdict,
                 "batches/s": r["batches_per_s"],
-                "wait share": waiting,
+                "wait share": None if waiting is None else 100.0 * waiting,
                 "GPU util": "no GPU data" if r["gpu_util_pct"] is None else f"{r['gpu_util_pct']:.0f}%",
                 "batches": int(r["batches"]),
                 "configuration": ", ".join(f"{k}={config[k]}" for k in CONFIG_COLUMNS if config.get(k) is not None),

@@ -51,7 +51,9 @@ def render(reader: Reader) -> None:
         trials_table(trials, paced=paced),
         hide_index=True,
         width="stretch",
-        column_config={"waits": st.column_config.ProgressColumn(format="percent", min_value=0, max_value=1)},
+        column_config={  # as `collector sweep` prints it
+            "waits": st.column_config.ProgressColumn(format="%.0f%%", min_value=0, max_value=100)
+        },
     )
     if not paced:
         st.caption(
@@ -92,7 +94,7 @@ def trials_table(trials: pd.DataFrame, *, paced: bool = True) -> pd.DataFrame:
             ],
             "batch_size": _cells(trials["batch_size"], "{:.0f}", "factory's"),
             "samples/s": _cells(trials["samples_per_s"], "{:,.1f}", "—"),
-            "waits": trials["wait_share"],
+            "waits": pd.to_numeric(trials["wait_share"], errors="coerce") * 100,
             "start-up": _cells(trials["startup_s"], "{:.2f} s", "—"),
             "peak RSS": _cells(trials["peak_rss_bytes"].astype(float) / 2**20, "{:,.0f} MiB", "—"),
             "error": _cells(trials["error"], "{}", ""),
