@@ -14,9 +14,10 @@ from collector.store import series
 from collector.store.reader import Reader
 
 HEATMAP_COLUMNS = 600  # time columns in the per-core CPU heatmap
-BUSY_BUCKETS = 300  # the loop-derived busy share needs buckets wider than one wait
 BATCHES_PER_BUSY_BUCKET = 4
 HISTOGRAM_SAMPLE = 100_000  # batches; a longer window's histogram and worker chart read a systematic sample
+PHASE_BATCHES = 400  # up to this many batches in the window (3+ px each), the headline chart draws each one
+TREND_BUCKETS = 240  # else it draws the busy and waiting share of this many time buckets
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ class RunViewData:
     t1: float
     headline: Headline
     batches: pd.DataFrame  # series.batch_envelope
-    waits: pd.DataFrame | None  # exact wait intervals, or None when too many (use batches.wait_sum)
+    phases: pd.DataFrame | None  # series.batch_phases: each batch's compute and wait, None when too many
     gpu: pd.DataFrame  # series.gpu_envelope
     hist: pd.DataFrame  # series.wait_histogram
     host: pd.DataFrame  # ts + one column per core (max per bucket)
@@ -62,26 +63,38 @@ def capacity(config: dict[str, Any]) -> int | None:
 
 
 def load_run_view(
-    reader: Reader, run_id: int, window_s: float | None, buckets: int = series.DEFAULT_BUCKETS
+    reader: Reader,
+    run_id: int,
+    window_s: float | None,
+    buckets: int = series.DEFAULT_BUCKETS,
+    span: tuple[float, float] | None = None,
+    details: bool = True,
 ) -> RunViewData:
-    """Load one run; ``window_s`` limits it to the newest seconds (the live view), None is the whole run."""
+    """Load one run; ``window_s`` limits it to the newest seconds (the live view), None is the whole run.
+
+    ``span`` (seconds since the run started, as the charts' axis) picks a range instead.
+    ``details=False`` leaves out what only the detail charts draw (histogram, workers, host, memory).
+    """
     run = reader.run(run_id)
     bounds = series.batch_bounds(reader, run_id)
     origin = float(run["started_at"])
     end = max(float(run.get("heartbeat_at") or origin), float(run.get("ended_at") or origin))
     t1 = max(end, bounds[1]) if bounds else end
     t0 = origin if window_s is None else max(origin, t1 - window_s)
+    if span is not None:
+        t0, t1 = origin + max(0.0, span[0]), min(t1, origin + span[1])
     t1 = max(t1, t0 + 1e-3)
     epochs = reader.epochs(run_id)
     every = _histogram_stride(epochs, t0, t1, origin)
     with ThreadPoolExecutor(max_workers=3) as pool:  # sqlite3 releases the GIL while a query runs
         batches = pool.submit(series.batch_envelope, reader, run_id, t0, t1, buckets)
-        hist = pool.submit(series.wait_histogram, reader, run_id, t0, t1, every=every)
-        workers = pool.submit(series.worker_envelope, reader, run_id, t0, t1, every=every)
-        waits = series.wait_intervals(reader, run_id, t0, t1)
+        skip = pool.submit(pd.DataFrame)
+        hist = pool.submit(series.wait_histogram, reader, run_id, t0, t1, every=every) if details else skip
+        workers = pool.submit(series.worker_envelope, reader, run_id, t0, t1, every=every) if details else skip
+        phases = series.batch_phases(reader, run_id, t0, t1, limit=PHASE_BATCHES)
         gpu = series.gpu_envelope(reader, run_id, t0, t1, buckets)
-        host_rows = series.host_samples(reader, run_id, t0, t1)
-        memory = series.memory_envelope(reader, run_id, t0, t1, buckets)
+        host_rows = series.host_samples(reader, run_id, t0, t1) if details else pd.DataFrame()
+        memory = series.memory_envelope(reader, run_id, t0, t1, buckets) if details else pd.DataFrame()
         ready, in_flight = series.latest_queue(reader, run_id)
         env = batches.result()
         host, mem_available = _reduce_host(host_rows, t0, t1)
@@ -93,7 +106,7 @@ def load_run_view(
             t1=t1,
             headline=headline,
             batches=env,
-            waits=waits,
+            phases=phases,
             gpu=gpu,
             hist=hist.result(),
             host=host,
@@ -205,31 +218,53 @@ def load_compare(reader: Reader, run_ids: list[int], buckets: int = 600) -> Comp
     )
 
 
-def busy_curve(data: RunViewData) -> pd.DataFrame:
-    """GPU utilisation envelope (first GPU averaged over GPUs), else the loop's busy share per bucket.
+def trend_width(data: RunViewData) -> float:
+    """Seconds per slice of the zoomed-out chart: ``TREND_BUCKETS`` slices, each holding several batches."""
+    env, span = data.batches, data.t1 - data.t0
+    per_batch = span / max(int(env["n"].sum()), 1) if not env.empty else 0.0
+    return max(span / TREND_BUCKETS, BATCHES_PER_BUSY_BUCKET * per_batch, float(env.attrs.get("width_s", 0.0)), 1e-6)
 
-    Without a GPU the loop-derived busy fraction is ``1 - wait / bucket width``:
-    the share of wall time the loop was not blocked in ``next()``.
-    """
-    if not data.gpu.empty:
-        g = data.gpu.groupby("bucket").agg(t=("t", "mean"), util_min=("util_min", "min"), util_max=("util_max", "max"))
-        out = g.reset_index(drop=True)
-        out["source"] = "gpu"
-    else:
-        env = data.batches
-        span = data.t1 - data.t0
-        per_batch = span / max(int(env["n"].sum()), 1)  # a bucket must hold several batches to be a share
-        width = max(
-            span / BUSY_BUCKETS, BATCHES_PER_BUSY_BUCKET * per_batch, float(env.attrs.get("width_s", 0.0)), 1e-6
-        )
-        groups = ((env["t"] - data.t0) // width).astype(int)
-        wait = env["wait_sum"].groupby(groups).sum()
-        busy = (100.0 * (1.0 - wait / width)).clip(0.0, 100.0)
-        out = pd.DataFrame({"t": data.t0 + (wait.index.to_numpy() + 0.5) * width, "util_min": busy.to_numpy()})
-        out["util_max"] = out["util_min"]
-        out["source"] = "loop"
+
+def trend_shares(data: RunViewData) -> pd.DataFrame:
+    """Per slice: t (its middle, s since start), width_s, busy_pct (in steps) and wait_pct (blocked in next())."""
+    env = data.batches
+    if env.empty:
+        return pd.DataFrame({"t": [], "width_s": [], "busy_pct": [], "wait_pct": []})
+    width = trend_width(data)
+    groups = ((env["t"] - data.t0) // width).astype(int)
+    sums = env.groupby(groups)[["wait_sum", "step_sum"]].sum()
+    wait = (100.0 * sums["wait_sum"] / width).clip(0.0, 100.0)
+    busy = (100.0 * sums["step_sum"] / width).clip(0.0, 100.0 - wait)
+    t = data.t0 + (sums.index.to_numpy() + 0.5) * width - data.origin
+    return pd.DataFrame({"t": t, "width_s": width, "busy_pct": busy.to_numpy(), "wait_pct": wait.to_numpy()})
+
+
+def gpu_curve(data: RunViewData, width: float | None = None) -> pd.DataFrame:
+    """GPU utilisation over time (s since start), GPUs pooled: min, max and mean per bucket, or per ``width`` s."""
+    g = data.gpu
+    if g.empty:
+        return pd.DataFrame({"t": [], "util_min": [], "util_max": [], "util_mean": []})
+    key = g["bucket"] if width is None else ((g["t"] - data.t0) // width).astype(int)
+    out = g.groupby(key).agg(
+        t=("t", "mean"), util_min=("util_min", "min"), util_max=("util_max", "max"), util_mean=("util_mean", "mean")
+    )
+    if width is not None:
+        out["t"] = data.t0 + (out.index.to_numpy() + 0.5) * width
+    out = out.reset_index(drop=True)
     out["t"] = out["t"] - data.origin
     return out
+
+
+def busy_curve(data: RunViewData) -> pd.DataFrame:
+    """GPU utilisation envelope (GPUs pooled), else the loop's busy share per slice (``100 - wait_pct``).
+
+    Without a GPU the loop-derived busy share is the share of wall time the loop
+    was not blocked in ``next()``.
+    """
+    if not data.gpu.empty:
+        return gpu_curve(data)[["t", "util_min", "util_max"]].assign(source="gpu")
+    busy = 100.0 - trend_shares(data)["wait_pct"]
+    return pd.DataFrame({"t": trend_shares(data)["t"], "util_min": busy, "util_max": busy, "source": "loop"})
 
 
 def load_runs_table(reader: Reader) -> pd.DataFrame:

@@ -14,6 +14,7 @@ from app.data import CompareData, RunViewData, encode_table, load_compare, load_
 from app.settings import default_db
 from collector.diagnosis.findings import Report
 from collector.errors import StallwatchError
+from collector.store import job_queries
 from collector.store.reader import Reader
 
 DB_KEY = "sw_db"  # the file the user opened in the sidebar (overrides --db / STALLWATCH_DB)
@@ -21,6 +22,7 @@ RUN_KEY = "sw_run"  # the run id picked in the sidebar
 COMPARE_KEY = "sw_compare"  # run ids picked for the compare view
 LIVE_TTL_S = 1.0
 STATIC_TTL_S = 600.0
+LIVE_DIAGNOSIS_TTL_S = 10.0  # a live run's banner, cards and findings: re-diagnosed at most this often
 
 
 def take_run_from_url() -> None:
@@ -71,24 +73,30 @@ def runs_table(path: str) -> pd.DataFrame:
     return load_runs_table(_reader(path, _identity(path)))
 
 
+Span = tuple[float, float] | None  # a range in seconds since the run started
+
+
 @st.cache_data(ttl=LIVE_TTL_S, show_spinner=False, max_entries=8)
-def _live_view(path: str, run_id: int, window_s: float | None) -> RunViewData:
-    return load_run_view(_reader(path, _identity(path)), run_id, window_s)
+def _live_view(path: str, run_id: int, window_s: float | None, span: Span, details: bool) -> RunViewData:
+    return load_run_view(_reader(path, _identity(path)), run_id, window_s, span=span, details=details)
 
 
 @st.cache_data(ttl=STATIC_TTL_S, show_spinner=False, max_entries=16)
-def _static_view(path: str, run_id: int, window_s: float | None, version: Any) -> RunViewData:
-    return load_run_view(_reader(path, _identity(path)), run_id, window_s)
+def _static_view(path: str, run_id: int, window_s: float | None, span: Span, version: Any) -> RunViewData:
+    return load_run_view(_reader(path, _identity(path)), run_id, window_s, span=span)
 
 
-def run_view(path: str, run_id: int, window_s: float | None, run: dict[str, Any]) -> RunViewData:
-    """A live run is re-read each second; a finished one once (its rows no longer change)."""
+def run_view(
+    path: str, run_id: int, window_s: float | None, run: dict[str, Any], span: Span = None, details: bool = True
+) -> RunViewData:
+    """A live run is re-read each refresh (``details=False``: only what the headline draws); a finished one once."""
     if run.get("state") == "running":
-        return _live_view(path, run_id, window_s)
-    return _static_view(path, run_id, window_s, (run.get("status"), run.get("heartbeat_at"), run.get("ended_at")))
+        return _live_view(path, run_id, window_s, span, details)
+    version = (run.get("status"), run.get("heartbeat_at"), run.get("ended_at"))
+    return _static_view(path, run_id, window_s, span, version)
 
 
-@st.cache_data(ttl=LIVE_TTL_S * 2, show_spinner=False, max_entries=8)
+@st.cache_data(ttl=LIVE_DIAGNOSIS_TTL_S, show_spinner=False, max_entries=8)
 def _live_diagnosis(path: str, run_id: int, window_s: float | None) -> Report | diagnosis.Unavailable:
     return diagnosis.diagnose(path, run_id, window_s, live=True)
 
@@ -114,3 +122,9 @@ def compare_data(path: str, run_ids: tuple[int, ...]) -> CompareData:
 def table_bytes(path: str, run_id: int, table: str, fmt: str) -> bytes:
     """One of a run's tables as CSV or Parquet bytes (built when the user clicks download)."""
     return encode_table(_reader(path, _identity(path)), run_id, table, fmt)
+
+
+@st.cache_data(ttl=2.0, show_spinner=False, max_entries=16)
+def job_shares(path: str, job_id: str) -> pd.DataFrame:
+    """Each rank's share of time waiting for data over the job (job_queries.rank_wait_shares)."""
+    return job_queries.rank_wait_shares(_reader(path, _identity(path)), job_id)

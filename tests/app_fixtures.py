@@ -114,6 +114,54 @@ def live_db(tmp_path: Path) -> Iterator[str]:
     store.close()
 
 
+JOB_ID = "ddp-job-7"
+
+
+@pytest.fixture(scope="session")
+def two_rank_db(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A 2-rank job (runs.job_id written directly): rank 1 waits 30 ms for each batch, rank 0 barely, then a plain run.
+
+    Both ranks step 10 ms and start together, 200 batches each, as two DDP processes would record.
+    """
+    from collector.store.connection import batch_insert_sql
+    from collector.writer.frames import CLOCKS, RICH
+
+    path = str(tmp_path_factory.mktemp("ranks") / "stallwatch.sqlite")
+    store = Store(path)
+    start = time.time() - 600
+    try:
+        for rank, wait_ns in ((0, 1_000_000), (1, 30_000_000)):
+            run_id = store.create_run(
+                "train.py:41",
+                config={"num_workers": 2, "batch_size": 8},
+                host={},
+                versions={},
+                hostname="node",
+                pid=1000 + rank,
+                command="torchrun train.py",
+                rank=rank,
+                world_size=2,
+                started_at=start,
+                job_id=JOB_ID,
+            )
+            rows, t = [], 0
+            for i in range(200):
+                prev, request = t, t + 10_000_000
+                t = request + wait_ns
+                rows.append((0, i, request, t, prev, *([None] * 8), 0))
+            store.write(
+                {},
+                statements=[(batch_insert_sql(run_id, start, 0, RICH[CLOCKS:]), rows)],
+                run_update={"heartbeat_at": start + t / 1e9},
+                run_id=run_id,
+            )
+            store.conn.execute("UPDATE runs SET status = 'completed', ended_at = ? WHERE id = ?", (start + 9, run_id))
+        _foreign_run(store, "single", workers=0, started_at=start + 60)
+    finally:
+        store.close()
+    return path
+
+
 @pytest.fixture
 def app_for(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., AppTest]]:
     """``app_for(db, page=None, run_id=None)``: the dashboard run headless against ``db``.

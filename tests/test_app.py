@@ -16,9 +16,10 @@ from helpers import file_digest, make_bad_file, texts
 from streamlit.testing.v1 import AppTest
 
 from app import state
-from app.charts.timeline import TITLE_GPU, TITLE_LOOP
+from app.charts.timeline import GPU_SUFFIX, TITLE_PHASES, TITLE_TREND
 from app.components.findings import VERDICTS
 from app.settings import db_from_args, default_db
+from app.views.run import REFRESH_S
 
 AppFor = Callable[..., AppTest]
 VERDICT_TITLES = [title for title, _ in VERDICTS.values()]
@@ -47,7 +48,7 @@ def test_run_view_shows_the_newest_run_with_verdict_headline_and_charts(app_for:
     ]
     assert at.metric[3].value.endswith("/ 16")  # num_workers=4 * prefetch_factor=4
     titles = chart_titles(at)
-    assert len(titles) == 7 and titles[0] == TITLE_LOOP
+    assert len(titles) == 7 and titles[0] == TITLE_PHASES  # 60 batches: each one drawn
 
 
 def test_starved_run_shows_input_bound_and_the_line_to_paste(app_for: AppFor, recorded_db: str) -> None:
@@ -109,7 +110,7 @@ def test_downloads_give_every_batch_as_csv_and_parquet(recorded_db: str) -> None
 def test_text_report_names_the_verdict_and_the_change(recorded_db: str) -> None:
     from app.components import downloads
     from app.diagnosis import Report, diagnose
-    from collector.cli.report import render
+    from collector.diagnosis.text import render
 
     report = diagnose(recorded_db, 1)
     assert isinstance(report, Report)
@@ -142,7 +143,7 @@ def test_run_without_gpu_data_shows_loop_busy_and_gpu_run_shows_utilisation(app_
     at = app_for(gpu_db)
     assert_clean(at)
     assert "Mean GPU utilisation" in [m.label for m in at.metric]
-    assert chart_titles(at)[0] == TITLE_GPU
+    assert chart_titles(at)[0] == TITLE_TREND + GPU_SUFFIX  # 20,000 batches: shares per slice
 
 
 @pytest.mark.parametrize("kind", ["empty", "not-sqlite", "foreign", "newer-schema", "corrupt"])
@@ -227,8 +228,37 @@ def test_run_with_zero_batches_says_so(app_for: AppFor, odd_runs_db: str) -> Non
 def test_live_run_refreshes_in_a_fragment(app_for: AppFor, live_db: str) -> None:
     at = app_for(live_db)
     assert_clean(at)
-    assert "live, refreshed every 1 s" in texts(at)
+    assert f"live, refreshed every {REFRESH_S:g} s" in texts(at)
     assert at.metric[1].label == "Batches per second" and at.metric[1].value != "—"
+
+
+def test_banner_cards_and_findings_show_one_waiting_figure(app_for: AppFor, recorded_db: str) -> None:
+    """See NOTE [ One waiting figure ]: the card, the banner and the CLI text read summary.stall_fraction."""
+    from app.diagnosis import diagnose
+    from collector.diagnosis.text import WAITING_DEFINITION, render
+
+    report = diagnose(recorded_db, 1)
+    figure = f"{report.summary['stall_fraction']:.0%}"  # type: ignore[union-attr]
+    at = app_for(recorded_db, run_id=1)
+    card = at.metric[0]
+    assert card.label == "Time waiting for data" and card.value == figure
+    assert WAITING_DEFINITION in card.proto.help
+    assert at.error[0].value.startswith(f"**Input-bound** — {figure} of the time after warm-up")
+    assert f"waiting for data {figure} of the time after warm-up" in render(report)  # type: ignore[arg-type]
+    assert "of all time in next()" not in render(report)  # type: ignore[arg-type]
+
+
+def test_new_run_in_an_open_file_reruns_the_page_onto_it(app_for: AppFor, tmp_path: Path) -> None:
+    """NOTE [ Live from the first second ]: the watcher fragment sees the file change and reruns the page."""
+    from app.components import sidebar
+
+    path = str(tmp_path / "later.sqlite")
+    at = app_for(path)
+    assert "Nothing recorded yet" in texts(at) and sidebar.signature(path, fresh=True) == ()
+    _foreign_run_now(path)
+    assert sidebar.signature(path, fresh=True) != ()
+    at.run()  # what the watcher's rerun does
+    assert [t.value for t in at.title] == ["late-run"]
 
 
 def test_demo_button_records_a_real_run_and_shows_it(
@@ -321,3 +351,24 @@ def test_runs_view_compare_button_opens_compare_with_the_runs_picked(app_for: Ap
     assert_clean(at)
     assert [t.value for t in at.title] == ["Compare runs"]
     assert list(at.dataframe[0].value["run"]) == ["demo-starved (#1)", "demo-healthy (#2)"]
+
+
+def _foreign_run_now(path: str) -> None:
+    from collector.store.connection import Store
+
+    store = Store(path)
+    try:
+        store.create_run(
+            "late-run",
+            config={"num_workers": 0},
+            host={},
+            versions={},
+            hostname="elsewhere",
+            pid=1,
+            command="train.py",
+            rank=None,
+            world_size=None,
+            started_at=time.time(),
+        )
+    finally:
+        store.close()

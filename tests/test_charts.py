@@ -8,7 +8,7 @@ import pytest
 
 from app.charts import batches, build_run_figures, compare, host, timeline, workers
 from app.charts.common import envelope_xy
-from app.data import busy_curve, capacity, load_run_view
+from app.data import TREND_BUCKETS, busy_curve, capacity, load_run_view, trend_shares
 from collector.store import series
 from collector.store.reader import Reader
 
@@ -36,28 +36,32 @@ def test_envelope_of_single_value_buckets_is_one_point_each() -> None:
     assert list(x) == [0.0, 1.0] and list(y) == [5.0, 6.0]
 
 
-def test_utilisation_figure_shades_exact_waits_and_marks_epochs() -> None:
-    curve = pd.DataFrame({"t": [0.0, 1.0, 2.0], "util_min": [30.0, 35.0, 88.0], "util_max": [90.0, 92.0, 95.0]})
-    curve["source"] = "gpu"
-    env = pd.DataFrame({"t": [0.5, 1.5], "wait_sum": [0.2, 0.1]})
-    waits = pd.DataFrame({"start": [0.2, 1.1], "end": [0.5, 1.3]})
-    fig = timeline.utilisation_figure(curve, env, waits, pd.Series([0.0, 1.0, 2.0]))
-    names = [trace.name for trace in fig.data]
-    assert names == ["waiting for data", "GPU utilisation %", "epoch start"]
-    assert fig.layout.title.text == timeline.TITLE_GPU
-    shade = fig.data[0]
-    assert shade.fill == "toself" and [v for v in shade.x if v is not None][:4] == [0.2, 0.2, 0.5, 0.5]
-    assert [v for v in fig.data[2].x if v is not None] == [1.0, 1.0, 2.0, 2.0]  # epochs after the first
+def test_zoomed_in_headline_chart_draws_each_batch_as_compute_then_wait_with_gpu_and_epochs() -> None:
+    phases = pd.DataFrame({"compute_start": [0.0, 0.5], "wait_start": [0.1, 0.6], "end": [0.5, 1.0]})
+    gpu = pd.DataFrame({"t": [0.0, 0.5], "util_min": [30.0, 35.0], "util_max": [90.0, 92.0], "util_mean": [60, 63]})
+    fig = timeline.utilisation_figure(pd.DataFrame(), phases, gpu, pd.Series([0.0, 0.5]))
+    assert [trace.name for trace in fig.data] == [timeline.COMPUTE, timeline.WAITING, timeline.GPU, "epoch start"]
+    assert fig.layout.title.text == timeline.TITLE_PHASES + timeline.GPU_SUFFIX
+    compute, wait = fig.data[0], fig.data[1]
+    assert list(compute.x) == [0.0, 0.1, 0.5, 0.6] and list(compute.y) == [100, 0, 100, 0]  # the sawtooth
+    assert list(wait.x) == [0.1, 0.5, 0.6, 1.0] and compute.line.shape == "hv" and wait.fill == "tozeroy"
+    assert [v for v in fig.data[3].x if v is not None] == [0.5, 0.5]  # epochs after the first
 
 
-def test_utilisation_figure_without_gpu_is_labelled_as_the_loop_busy_share() -> None:
-    curve = pd.DataFrame({"t": [0.0, 1.0], "util_min": [40.0, 60.0], "util_max": [40.0, 60.0], "source": "loop"})
-    env = pd.DataFrame({"t": [0.5, 1.5], "wait_sum": [0.6, 0.4]})
-    env.attrs["width_s"] = 1.0
-    fig = timeline.utilisation_figure(curve, env, None, None)
-    assert fig.layout.title.text == timeline.TITLE_LOOP
-    assert fig.data[0].name == "share of time waiting for data" and list(fig.data[0].y) == [60.0, 40.0]
-    assert fig.data[1].name == timeline.LOOP_LABEL
+def test_zoomed_out_headline_chart_stacks_busy_and_waiting_shares_per_slice() -> None:
+    trend = pd.DataFrame({"t": [0.5, 1.5], "width_s": 1.0, "busy_pct": [30.0, 70.0], "wait_pct": [60.0, 20.0]})
+    fig = timeline.utilisation_figure(trend, None, pd.DataFrame(), None)
+    assert fig.layout.title.text == timeline.TITLE_TREND  # no GPU data: no GPU in the title
+    assert [t.name for t in fig.data] == [timeline.COMPUTE, timeline.WAITING]
+    assert {t.stackgroup for t in fig.data} == {"share"} and list(fig.data[1].y) == [60.0, 20.0]
+
+
+def test_trend_shares_split_each_slice_into_step_and_wait_time(recorded_db: str) -> None:
+    data = load_run_view(Reader(recorded_db), 1, None)  # starved: waits about 3x its step
+    shares = trend_shares(data)
+    assert len(shares) <= TREND_BUCKETS and (shares["busy_pct"] + shares["wait_pct"] <= 100.0 + 1e-9).all()
+    steady = shares.iloc[1:-1]
+    assert (steady["wait_pct"] > steady["busy_pct"]).mean() > 0.8
 
 
 def test_queue_figure_draws_capacity_or_explains_a_loader_without_workers() -> None:
@@ -164,4 +168,4 @@ def test_recorded_run_figures_have_data(recorded_db: str) -> None:
     assert data.headline.capacity == 16 and data.headline.batches > 20
     figures = build_run_figures(data)
     assert len(figures["workers"].data) == 4
-    assert figures["queue"].data and figures["utilisation"].layout.title.text == timeline.TITLE_LOOP
+    assert figures["queue"].data and figures["utilisation"].layout.title.text == timeline.TITLE_PHASES

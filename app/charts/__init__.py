@@ -12,15 +12,28 @@ if TYPE_CHECKING:
 
 def build_run_figures(data: RunViewData) -> dict[str, go.Figure]:
     """Every figure of the run view, by name."""
-    from app.charts import batches, host, timeline, workers
-    from app.data import busy_curve
+    return {"utilisation": headline_figure(data), **detail_figures(data)}
+
+
+def headline_figure(data: RunViewData) -> go.Figure:
+    """The loop's compute and waits (per batch zoomed in, shares zoomed out), GPU utilisation, epochs."""
+    from app.charts import timeline
+    from app.data import gpu_curve, trend_shares, trend_width
+
+    origin = data.origin
+    phases = None if data.phases is None else data.phases - origin
+    epochs = data.epochs["started_at"] - origin if not data.epochs.empty else None
+    gpu = gpu_curve(data) if phases is not None else gpu_curve(data, trend_width(data))
+    return timeline.utilisation_figure(trend_shares(data), phases, gpu, epochs)
+
+
+def detail_figures(data: RunViewData) -> dict[str, go.Figure]:
+    """The six charts under the findings, by name."""
+    from app.charts import batches, host, workers
 
     origin = data.origin
     env = data.batches.assign(t=data.batches["t"] - origin)
-    waits = None if data.waits is None else data.waits - origin
-    epochs = data.epochs["started_at"] - origin if not data.epochs.empty else None
     return {
-        "utilisation": timeline.utilisation_figure(busy_curve(data), env, waits, epochs),
         "wait_step": batches.wait_step_figure(env),
         "queue": batches.queue_figure(env, data.headline.capacity),
         "histogram": batches.histogram_figure(data.hist),

@@ -70,7 +70,7 @@ def throughput_figure(runs: pd.DataFrame) -> go.Figure:
     fig.add_trace(
         go.Bar(
             x=runs["run"],
-            y=runs["wait_fraction"] * 100,
+            y=pd.to_numeric(runs["wait_fraction"], errors="coerce") * 100,
             name="waiting for data (%)",
             yaxis="y2",
             marker_color=SERIES[1],
@@ -82,7 +82,7 @@ def throughput_figure(runs: pd.DataFrame) -> go.Figure:
     layout(fig, title, "batches/s", x_title="run")
     fig.update_layout(
         yaxis2={
-            "title": {"text": "% of loop time waiting"},
+            "title": {"text": "% of the time waiting"},
             "overlaying": "y",
             "side": "right",
             "range": [0, 110],

@@ -1,77 +1,54 @@
-"""The headline chart: GPU utilisation (or the loop's busy share) with data waits shaded and epochs marked."""
+"""The headline chart: the loop's time as compute and wait, per batch when zoomed in, as shares when zoomed out.
+
+NOTE [ Two zooms, one chart ]
+The source articles' picture is a sawtooth: compute, wait for data, compute,
+wait. It shows only when single batches are wider than a pixel. Over a whole
+run the same picture fuses into a uniform wash, and what reads at a glance
+is the trend: how much of each stretch of time the loop spent busy and how
+much waiting. So the chart has two forms on one time axis, chosen by how
+many batches the window holds (``app.data.PHASE_BATCHES``):
+
+  zoomed in (each batch)     ████░░░░████░░░░████░░░░   █ compute  ░ waiting
+  zoomed out (per bucket)    ▆▆▆▆▅▅▅▅▇▇▇▇▆▆▆▆           stacked shares, 0-100%
+
+GPU utilisation, when it was sampled, is a line over both, on the same axis.
+"""
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
 from app.charts.common import COLORS, envelope_xy, layout, placeholder, vertical_lines
 
-TITLE_GPU = "GPU utilisation, with the time the loop waited for data shaded"
-TITLE_LOOP = "Loop busy share (no GPU data), with the time the loop waited for data shaded"
-LOOP_LABEL = "loop busy % (no GPU data: time not waiting for data)"
+TITLE_PHASES = "Each batch: the loop's step (compute), then its wait for data"
+TITLE_TREND = "Share of the loop's time busy and waiting for data, per time slice"
+GPU_SUFFIX = ", with GPU utilisation"
+COMPUTE = "step (computing)"
+WAITING = "waiting for data"
+GPU = "GPU utilisation %"
 
 
 def utilisation_figure(
-    curve: pd.DataFrame,
-    batches: pd.DataFrame,
-    waits: pd.DataFrame | None,
+    trend: pd.DataFrame,
+    phases: pd.DataFrame | None,
+    gpu: pd.DataFrame,
     epoch_starts: pd.Series | None,
 ) -> go.Figure:
-    """``curve``: t, util_min, util_max, source (gpu|loop); ``batches``: the batch envelope (t, wait_sum).
-
-    ``waits`` holds exact [start, end] wait intervals; when None (too many to
-    draw) the share of each bucket spent waiting is shaded instead.
-    """
-    gpu = not curve.empty and (curve["source"] == "gpu").any()
-    title = TITLE_GPU if gpu else TITLE_LOOP
-    if curve.empty and batches.empty:
+    """``phases`` (compute_start, wait_start, end) draws each batch; without it, ``trend`` (t, width_s, busy_pct,
+    wait_pct) draws shares per bucket. ``gpu``: t, util_min, util_max, util_mean (may be empty). Times in s."""
+    has_gpu = not gpu.empty
+    title = (TITLE_PHASES if phases is not None else TITLE_TREND) + (GPU_SUFFIX if has_gpu else "")
+    if (phases is None or phases.empty) and trend.empty:
         return placeholder(title, "No batches recorded yet")
     fig = go.Figure()
-    if waits is not None and not waits.empty:
-        x: list[float | None] = []
-        y: list[float | None] = []
-        for start, end in zip(waits["start"], waits["end"], strict=True):
-            x += [start, start, end, end, None]
-            y += [0, 100, 100, 0, None]
-        fig.add_trace(
-            go.Scatter(
-                x=x,
-                y=y,
-                fill="toself",
-                fillcolor=COLORS["wait_fill"],
-                line={"width": 0},
-                mode="lines",
-                name="waiting for data",
-                hoverinfo="skip",
-            )
-        )
-    elif not batches.empty:
-        width = float(batches.attrs.get("width_s", 1.0)) or 1.0
-        share = (100.0 * batches["wait_sum"] / width).clip(0, 100)
-        fig.add_trace(
-            go.Scatter(
-                x=batches["t"],
-                y=share,
-                fill="tozeroy",
-                fillcolor=COLORS["wait_fill"],
-                line={"width": 0},
-                mode="lines",
-                name="share of time waiting for data",
-                line_shape="hv",
-            )
-        )
-    if not curve.empty:
-        xs, ys = envelope_xy(curve["t"], curve["util_min"], curve["util_max"])
-        fig.add_trace(
-            go.Scatter(
-                x=xs,
-                y=ys,
-                mode="lines",
-                name="GPU utilisation %" if gpu else LOOP_LABEL,
-                line={"color": COLORS["gpu" if gpu else "loop"], "width": 1.6},
-            )
-        )
+    if phases is not None:
+        _phase_traces(fig, phases)
+    else:
+        _trend_traces(fig, trend)
+    if has_gpu:
+        _gpu_traces(fig, gpu, fine=phases is not None)
     if epoch_starts is not None and len(epoch_starts) > 1:
         ex, ey = vertical_lines(list(epoch_starts.iloc[1:]), 0, 105)
         fig.add_trace(
@@ -84,6 +61,63 @@ def utilisation_figure(
                 line={"color": COLORS["epoch"], "dash": "dash", "width": 1},
             )
         )
-    layout(fig, title, "%", height=340)
+    layout(fig, title, "% of the time" if phases is None else "%", height=360)
     fig.update_yaxes(range=[0, 105])
     return fig
+
+
+def square_wave(starts: pd.Series, ends: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Intervals as an ``hv`` line at 100 inside them and 0 between: two points per interval."""
+    x = np.empty(len(starts) * 2)
+    x[0::2] = np.asarray(starts, dtype=float)
+    x[1::2] = np.asarray(ends, dtype=float)
+    y = np.tile([100.0, 0.0], len(starts))
+    return x, y
+
+
+def _phase_traces(fig: go.Figure, phases: pd.DataFrame) -> None:
+    for name, start, end, color in (
+        (COMPUTE, "compute_start", "wait_start", COLORS["step_fill"]),
+        (WAITING, "wait_start", "end", COLORS["wait_fill_strong"]),
+    ):
+        x, y = square_wave(phases[start], phases[end])
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=y,
+                mode="lines",
+                line={"width": 0, "shape": "hv"},
+                fill="tozeroy",
+                fillcolor=color,
+                name=name,
+                hoverinfo="skip",
+            )
+        )
+
+
+def _trend_traces(fig: go.Figure, trend: pd.DataFrame) -> None:
+    for name, column, color, line in (
+        (COMPUTE, "busy_pct", COLORS["step_fill"], COLORS["step"]),
+        (WAITING, "wait_pct", COLORS["wait_fill_strong"], COLORS["wait"]),
+    ):
+        fig.add_trace(
+            go.Scatter(
+                x=trend["t"],
+                y=trend[column],
+                mode="lines",
+                stackgroup="share",
+                line={"width": 0.8, "shape": "hv", "color": line},
+                fillcolor=color,
+                name=name,
+                hovertemplate="%{y:.0f}%<extra>" + name + "</extra>",
+            )
+        )
+
+
+def _gpu_traces(fig: go.Figure, gpu: pd.DataFrame, *, fine: bool) -> None:
+    """Zoomed in: every sample (the min/max envelope). Zoomed out: the mean per slice, as the shares are."""
+    if fine:
+        x, y = envelope_xy(gpu["t"], gpu["util_min"], gpu["util_max"])
+    else:
+        x, y = gpu["t"].to_numpy(), gpu["util_mean"].to_numpy()
+    fig.add_trace(go.Scatter(x=x, y=y, mode="lines", name=GPU, line={"color": COLORS["gpu"], "width": 2}))

@@ -25,6 +25,9 @@ def verdict_banner(report: Report | Unavailable) -> None:
         return
     title, sentence = VERDICTS.get(report.verdict, (report.verdict, ""))
     lead = report.symptoms[0].evidence if report.symptoms else sentence
+    if report.verdict == "insufficient-data":  # the cards show the figure already: the banner must agree
+        s = report.summary
+        lead = f"waiting for data {s['stall_fraction']:.0%} of the time so far, over {s['batches']} batches; keep it running."
     text = f"**{title}** — {lead}"
     if report.verdict == "input-bound":
         st.error(text, icon=":material/hourglass_top:")
@@ -53,7 +56,7 @@ def findings(report: Report | Unavailable) -> None:
         st.subheader("What to change", divider="gray")
         change = report.code_change()
         if change:
-            st.code(change, language="python")
+            st.code(change, language="python", wrap_lines=True)
         if not report.suggestions:
             st.write("Nothing to change in the DataLoader.")
         for s in report.suggestions:

@@ -10,6 +10,8 @@ from app import state
 from app.components import welcome
 from collector.store.reader import Reader
 
+WATCH_S = 1.0  # how often an open page checks the file for a new run (NOTE [ Live from the first second ])
+
 
 def render() -> None:
     demo = st.session_state.get(welcome.DEMO_KEY)
@@ -18,6 +20,7 @@ def render() -> None:
     state.take_run_from_url()
     path = state.db_path()
     with st.sidebar:
+        _watch_file(path, signature(path))
         st.markdown("### :material/hourglass_top: stallwatch")
         typed = st.text_input(
             "Database file",
@@ -53,3 +56,30 @@ def render() -> None:
         if picked != current:
             st.session_state[state.RUN_KEY] = picked
         st.caption(f"{len(runs)} run(s) in the file.")
+
+
+def signature(path: str, *, fresh: bool = False) -> tuple[tuple[int, str], ...]:
+    """(id, state) of every run in ``path``; empty for a missing, unreadable or empty file.
+
+    ``fresh`` reads the file now instead of the run list cached for a second (one small query).
+    """
+    reader = state.open_reader(path)
+    if not isinstance(reader, Reader):
+        return ()
+    try:
+        runs = reader.runs() if fresh else state.run_list(path)
+    except Exception:  # noqa: BLE001 - the page itself explains an unreadable file
+        return ()
+    return tuple(zip(runs["id"].astype(int).tolist(), runs["state"].astype(str).tolist(), strict=True))
+
+
+# NOTE [ Live from the first second ]
+# The natural order is: open the dashboard, then start training. The page
+# (welcome, run view or run picker) was drawn from the file as it was then,
+# so a small fragment re-reads the file's run list every WATCH_S and reruns
+# the whole page when a run appears or changes state. It draws nothing and
+# reads one cached query, so it costs next to nothing while nothing changes.
+@st.fragment(run_every=WATCH_S)
+def _watch_file(path: str, known: tuple[tuple[int, str], ...]) -> None:
+    if signature(path, fresh=True) != known:
+        st.rerun(scope="app")

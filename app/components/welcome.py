@@ -73,7 +73,10 @@ def welcome(path: str, reason: str) -> None:
     with right:
         st.subheader("Record your own loop", anchor=False)
         st.code(RECORD_SNIPPET, language="python", wrap_lines=True)
-        st.caption("Or point the dashboard at a file: `streamlit run app -- --db PATH`, or `STALLWATCH_DB=PATH`.")
+        st.caption(
+            "Or point the dashboard at a file: `stallwatch dashboard PATH`. This page shows the first run "
+            "recorded here as soon as it starts; no need to reload."
+        )
 
 
 @st.fragment(run_every=1.0)

@@ -8,6 +8,8 @@ import streamlit as st
 from app import state
 from app.charts import compare as charts
 from app.components import welcome
+from app.diagnosis import Unavailable
+from collector.diagnosis.text import WAITING_DEFINITION
 from collector.errors import StallwatchError
 
 PLOT_CONFIG = {"displaylogo": False}
@@ -36,16 +38,19 @@ def page() -> None:
     except StallwatchError as exc:
         st.error(str(exc), icon=":material/error:")
         return
-    summary = summary_frame(data.runs)
+    rows = {int(r["id"]): r for r in runs.to_dict("records")}
+    compared = data.runs.assign(wait_fraction=[_waiting(path, int(i), rows[int(i)]) for i in data.runs["id"]])
+    summary = summary_frame(compared)
     st.dataframe(
         summary,
         hide_index=True,
         width="stretch",
         column_config={
-            "waiting for data": st.column_config.ProgressColumn(format="percent", min_value=0, max_value=1),
+            "waiting for data": st.column_config.ProgressColumn(
+                format="%.0f%%", min_value=0, max_value=100, help=WAITING_DEFINITION
+            ),
             "batches/s": st.column_config.NumberColumn(format="%.1f"),
             "speed-up vs baseline": st.column_config.NumberColumn(format="×%.2f"),
-            "GPU util %": st.column_config.NumberColumn(format="%.0f"),
         },
     )
     st.subheader("Configuration", anchor=False)
@@ -56,7 +61,7 @@ def page() -> None:
         st.dataframe(diff, width="stretch")
     st.plotly_chart(charts.overlay_figure(data.curves), width="stretch", config=PLOT_CONFIG)
     a, b = st.columns(2, gap="medium")
-    a.plotly_chart(charts.throughput_figure(data.runs), width="stretch", config=PLOT_CONFIG)
+    a.plotly_chart(charts.throughput_figure(compared), width="stretch", config=PLOT_CONFIG)
     b.plotly_chart(charts.progress_figure(data.progress), width="stretch", config=PLOT_CONFIG)
 
 
@@ -68,13 +73,19 @@ def summary_frame(runs: pd.DataFrame) -> pd.DataFrame:
             "batches": runs["batches"],
             "batches/s": runs["batches_per_s"],
             "speed-up vs baseline": [None if not base or r is None else r / base for r in runs["batches_per_s"]],
-            "waiting for data": runs["wait_fraction"],
-            "GPU util %": runs["gpu_util_pct"],
+            "waiting for data": pd.to_numeric(runs["wait_fraction"], errors="coerce") * 100,
+            "GPU util": ["no GPU data" if u is None or pd.isna(u) else f"{u:.0f}%" for u in runs["gpu_util_pct"]],
         }
     )
-    for column in ("batches/s", "speed-up vs baseline", "waiting for data", "GPU util %"):
+    for column in ("batches/s", "speed-up vs baseline", "waiting for data"):
         frame[column] = pd.to_numeric(frame[column], errors="coerce")
     return frame
+
+
+def _waiting(path: str, run_id: int, run: dict) -> float | None:
+    """The run's one waiting figure, from its diagnosis (NOTE [ One waiting figure ]); None without one."""
+    report = state.run_diagnosis(path, run_id, None, {str(k): v for k, v in run.items()})
+    return None if isinstance(report, Unavailable) else float(report.summary["stall_fraction"])
 
 
 def config_diff(runs: pd.DataFrame) -> pd.DataFrame:

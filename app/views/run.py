@@ -10,19 +10,31 @@ from typing import Any, Literal
 import streamlit as st
 
 from app import state
-from app.charts import build_run_figures
+from app.charts import detail_figures, headline_figure
 from app.charts.batches import duration
 from app.components import welcome
 from app.components.downloads import downloads
 from app.components.findings import findings, verdict_banner
-from app.data import RunViewData
+from app.data import PHASE_BATCHES, RunViewData
+from app.diagnosis import Unavailable
 from app.guard import page_boundary
+from collector.diagnosis.findings import Report
+from collector.diagnosis.text import WAITING_DEFINITION
 from collector.errors import StallwatchError, UnknownRun
 from collector.store.reader import STALE_AFTER_S
 
 BadgeColor = Literal["red", "orange", "blue", "green", "gray"]
-REFRESH_S = 1.0
-WINDOWS: dict[str, float | None] = {"Last 30 s": 30.0, "Last 2 min": 120.0, "Last 10 min": 600.0, "Whole run": None}
+REFRESH_S = 2.0  # the headline of a live run
+DETAIL_REFRESH_S = 10.0  # the detail charts of a live run
+RANGE = "Pick a range"
+WINDOWS: dict[str, float | None] = {
+    "Last 10 s": 10.0,
+    "Last 30 s": 30.0,
+    "Last 2 min": 120.0,
+    "Last 10 min": 600.0,
+    "Whole run": None,
+    RANGE: None,
+}
 PLOT_CONFIG = {"displaylogo": False, "scrollZoom": False}
 
 
@@ -50,8 +62,24 @@ def page() -> None:
         label_visibility="collapsed",
     )
     window_s = WINDOWS[window_label or "Whole run"]
-    body = st.fragment(run_every=REFRESH_S if live else None)(_body)
-    body(path, int(run["id"]), window_s, live)
+    span = _range_slider(run) if window_label == RANGE else None
+    _body(path, int(run["id"]), window_s, span, live)
+
+
+def _range_slider(run: dict[str, Any]) -> tuple[float, float]:
+    """A range of the run, in seconds since it started: zoom in until each batch shows as its compute and wait."""
+    end = max(float(run.get("heartbeat_at") or 0.0), float(run.get("ended_at") or 0.0)) - float(run["started_at"])
+    end = max(round(end, 1), 1.0)
+    low, high = st.slider(
+        "Range shown (seconds since the run started)",
+        min_value=0.0,
+        max_value=end,
+        value=(max(0.0, end - 10.0), end),
+        step=0.1,
+        key=f"sw_range_{run['id']}",
+        help=f"With {PHASE_BATCHES:,} batches or fewer in the range, the first chart draws every batch.",
+    )
+    return float(low), float(high)
 
 
 def _header(run: dict[str, Any]) -> None:
@@ -89,84 +117,139 @@ def _header(run: dict[str, Any]) -> None:
         )
 
 
-def _body(path: str, run_id: int, window_s: float | None, live: bool) -> None:
-    with page_boundary(path):  # a fragment rerun raises here, not in the router
-        _draw(path, run_id, window_s, live)
+def _body(path: str, run_id: int, window_s: float | None, span: tuple[float, float] | None, live: bool) -> None:
+    if live:
+        # NOTE [ Cheap live page ]: the headline (banner, cards, first chart) refreshes every
+        # REFRESH_S; the six detail charts, slower-moving and most of the drawing cost, every
+        # DETAIL_REFRESH_S; the diagnosis behind the banner is cached for state.LIVE_DIAGNOSIS_TTL_S.
+        st.fragment(run_every=REFRESH_S)(_live_top)(path, run_id, window_s, span)
+        st.fragment(run_every=DETAIL_REFRESH_S)(_live_details)(path, run_id, window_s, span)
+    else:
+        st.fragment(_finished)(path, run_id, window_s, span)
 
 
-def _draw(path: str, run_id: int, window_s: float | None, live: bool) -> None:
+def _load(
+    path: str, run_id: int, window_s: float | None, span: tuple[float, float] | None, live: bool, details: bool = True
+) -> tuple[dict[str, Any], RunViewData] | None:
+    """The run and its series, or None after saying why not; a live run that just stopped reruns the page."""
     reader = state.open_reader(path)
     if isinstance(reader, str):
         st.error(reader, icon=":material/error:")
-        return
+        return None
     try:
         run = reader.run(run_id)
         if live and run["state"] != "running":
-            st.rerun()  # it just stopped: redraw the whole page as a finished run, without the timer
-        data = state.run_view(path, run_id, window_s, run)
+            st.rerun(scope="app")  # it just stopped: redraw the whole page as a finished run, without the timer
+        return run, state.run_view(path, run_id, window_s, run, span, details)
     except StallwatchError as exc:
         st.error(str(exc), icon=":material/error:")
-        return
-    if live:
+        return None
+
+
+# NOTE [ One report per moment ]
+# The banner, the cards and the findings all read one Report, so they cannot
+# disagree (See NOTE [ One waiting figure ]). It covers the window shown; a
+# picked range is not a window the diagnosis takes, so it covers the whole run
+# then, and the cards say so.
+def _live_top(path: str, run_id: int, window_s: float | None, span: tuple[float, float] | None) -> None:
+    with page_boundary(path):  # a fragment rerun raises here, not in the router
+        loaded = _load(path, run_id, window_s, span, live=True, details=False)
+        if loaded is None:
+            return
+        run, data = loaded
         st.caption(f":green[●] live, refreshed every {REFRESH_S:g} s · last record {_ago(data.t1)}")
-    # NOTE [ Diagnosis after the charts ]
-    # The diagnosis of a long finished run takes longer than its reduced series:
-    # draw the charts first and fill the banner in above them when it is ready.
-    # A live view diagnoses only its recent window (fast) and renders in order:
-    # a placeholder filled late inside a run_every fragment did not reach the page.
-    report = state.run_diagnosis(path, run_id, window_s, run) if live else None
-    banner = st.empty()
-    if report is not None:
-        verdict_banner(report)
-    if data.headline.batches == 0:
-        st.info(
-            "This run has no batches recorded" + (" yet: the loop has not asked for its first batch." if live else "."),
-            icon=":material/hourglass_empty:",
-        )
-        return
-    _headline(data)
-    figures = build_run_figures(data)
-    st.plotly_chart(figures["utilisation"], width="stretch", config=PLOT_CONFIG, key="sw_fig_utilisation")
-    findings_slot = st.container()
+        scope = None if span is not None else window_s
+        report = state.run_diagnosis(path, run_id, scope, run)
+        _summary(report, data, scope)
+        if data.headline.batches == 0:
+            st.info(
+                "This run has no batches recorded yet: the loop has not asked for its first batch.",
+                icon=":material/hourglass_empty:",
+            )
+            return
+        st.plotly_chart(headline_figure(data), width="stretch", config=PLOT_CONFIG, key="sw_fig_utilisation")
+        findings(report)
+
+
+def _live_details(path: str, run_id: int, window_s: float | None, span: tuple[float, float] | None) -> None:
+    with page_boundary(path):
+        loaded = _load(path, run_id, window_s, span, live=True)
+        if loaded is not None and loaded[1].headline.batches:
+            _details(loaded[1])
+
+
+def _finished(path: str, run_id: int, window_s: float | None, span: tuple[float, float] | None) -> None:
+    with page_boundary(path):
+        loaded = _load(path, run_id, window_s, span, live=False)
+        if loaded is None:
+            return
+        run, data = loaded
+        if data.headline.batches == 0:
+            st.info("This run has no batches recorded.", icon=":material/hourglass_empty:")
+            return
+        # NOTE [ Diagnosis after the charts ]
+        # The diagnosis of a long finished run takes longer than its reduced series:
+        # draw the charts first and fill the banner and cards in above them when it is
+        # ready. (A live view diagnoses only its recent window, fast, and renders in
+        # order: a placeholder filled late inside a run_every fragment did not reach the page.)
+        scope = None if span is not None else window_s
+        banner = st.empty()
+        st.plotly_chart(headline_figure(data), width="stretch", config=PLOT_CONFIG, key="sw_fig_utilisation")
+        findings_slot = st.container()
+        _details(data)
+        with banner.container(), st.spinner("Diagnosing…"):
+            report = state.run_diagnosis(path, run_id, scope, run)
+        with banner.container():
+            _summary(report, data, scope)
+        with findings_slot:
+            findings(report)
+        downloads(path, run, report)
+
+
+def _details(data: RunViewData) -> None:
+    figures = detail_figures(data)
     for left, right in (("wait_step", "histogram"), ("queue", "workers"), ("cpu", "memory")):
         a, b = st.columns(2, gap="medium")
         a.plotly_chart(figures[left], width="stretch", config=PLOT_CONFIG, key=f"sw_fig_{left}")
         b.plotly_chart(figures[right], width="stretch", config=PLOT_CONFIG, key=f"sw_fig_{right}")
     for warning in data.warnings:
-        st.caption(f":material/info: collector: {warning}")
-    if report is None:
-        with banner.container(), st.spinner("Diagnosing…"):
-            report = state.run_diagnosis(path, run_id, None, run)
-        with banner.container():
-            verdict_banner(report)
-    with findings_slot:
-        findings(report)
-    if not live:
-        downloads(path, run, report)
+        # One quiet line each, as the command line shows them (the text may start "stallwatch: " too).
+        st.caption(f":material/info: collector note: {warning.removeprefix('stallwatch: ')}")
 
 
-def _headline(data: RunViewData) -> None:
+def _summary(report: Report | Unavailable, data: RunViewData, scope_s: float | None) -> None:
+    verdict_banner(report)
+    if data.headline.batches:
+        _headline(report, data, scope_s)
+
+
+def _headline(report: Report | Unavailable, data: RunViewData, scope_s: float | None) -> None:
+    """The cards: the report's numbers (the banner's), and the loader's queue at the newest batch."""
     h = data.headline
+    summary = report.summary if isinstance(report, Report) else {}
+    over = "the whole run" if scope_s is None else f"the last {duration(scope_s)}"
+    waiting = summary.get("stall_fraction")
+    rate = summary.get("batches_per_s", h.batches_per_s)
+    util = (summary.get("gpu_util_pct") or {}).get("mean") if summary else h.gpu_util_pct
     c1, c2, c3, c4 = st.columns(4, border=True)
     c1.metric(
         "Time waiting for data",
-        "—" if h.wait_fraction is None else f"{h.wait_fraction:.0%}",
-        help="Share of the loop's time spent blocked in next(), waiting for the DataLoader.",
+        "—" if waiting is None else f"{waiting:.0%}",
+        help=f"{WAITING_DEFINITION} Over {over}." + ("" if waiting is not None else " Not enough batches for it yet."),
     )
     c2.metric(
         "Batches per second",
-        "—" if h.batches_per_s is None else f"{h.batches_per_s:,.1f}",
-        help=f"{h.batches:,} batches in the time shown.",
+        "—" if rate is None else f"{rate:,.1f}",
+        help=f"Over {over}: {summary.get('batches', h.batches):,} batches.",
     )
-    if h.gpu_util_pct is not None:
-        c3.metric("Mean GPU utilisation", f"{h.gpu_util_pct:.0f}%")
+    if util is not None:
+        c3.metric("Mean GPU utilisation", f"{util:.0f}%", help=f"NVML samples over {over}.")
     else:
-        busy = "—" if h.wait_fraction is None else f"{1 - h.wait_fraction:.0%}"
         c3.metric(
             "Loop busy (no GPU data)",
-            busy,
-            help="No GPU samples were recorded (no NVIDIA driver/GPU). Shown instead: the share of the loop's "
-            "time not spent waiting for data.",
+            "—" if waiting is None else f"{1 - waiting:.0%}",
+            help="No GPU samples were recorded (no NVIDIA driver/GPU). Shown instead: 100% minus the time "
+            "waiting for data.",
         )
     if h.ready is None:
         c4.metric(

@@ -42,21 +42,25 @@ def render(reader: Reader) -> None:
         row = chosen.iloc[0]
         setting = Setting.from_dict({k: _plain(row[k]) for k in sweep_queries.SETTING_COLUMNS})
         st.success(f"Chosen: run #{int(row['run_id'])}, {row['samples_per_s']:,.0f} samples/s", icon=":material/star:")
-        st.code(setting.code(), language="python")
+        st.code(setting.code(), language="python", wrap_lines=True)
     left, right = st.columns(2, gap="medium")
     left.plotly_chart(charts.throughput_figure(trials), width="stretch", config=PLOT_CONFIG)
     right.plotly_chart(charts.memory_figure(trials), width="stretch", config=PLOT_CONFIG)
+    paced = bool(trials["paced_step_s"].notna().any())
     st.dataframe(
-        trials_table(trials),
+        trials_table(trials, paced=paced),
         hide_index=True,
         width="stretch",
-        column_config={
-            "samples/s": st.column_config.NumberColumn(format="%.1f"),
-            "waits": st.column_config.ProgressColumn(format="percent", min_value=0, max_value=1),
-            "start-up s": st.column_config.NumberColumn(format="%.2f"),
-            "peak RSS MiB": st.column_config.NumberColumn(format="%.0f"),
+        column_config={  # as `collector sweep` prints it
+            "waits": st.column_config.ProgressColumn(format="%.0f%%", min_value=0, max_value=100)
         },
     )
+    if not paced:
+        st.caption(
+            "Unpaced sweep: each trial's loop only fetches batches, with no training step between them, so it "
+            "waits nearly all the time whatever the setting; throughput is what tells the settings apart. "
+            "Pace it like your model (`--step-ms`, or `--like-run DB:RUN`) to see which setting keeps it fed."
+        )
     failed = trials[trials["error"].notna()]
     for run_id, name, error in zip(failed["run_id"], failed["name"], failed["error"], strict=True):
         st.caption(f"Run #{run_id} ({name}) failed: {error}")
@@ -71,24 +75,44 @@ def sweep_label(row: object) -> str:
     return f"{getattr(row, 'sweep', '?')} · {int(getattr(row, 'trials', 0))} trials · {pace}{extra}"
 
 
-def trials_table(trials: pd.DataFrame) -> pd.DataFrame:
-    """The trials as shown: settings, results, and a star on the chosen one."""
-    return pd.DataFrame(
+def trials_table(trials: pd.DataFrame, *, paced: bool = True) -> pd.DataFrame:
+    """The trials as shown: settings, results, a star on the chosen one; "—" where a value does not apply.
+
+    ``waits`` only for a paced sweep: unpaced, every trial waits ~100% by construction.
+    """
+    workers = trials["num_workers"]
+    table = pd.DataFrame(
         {
             "": ["★" if c else "" for c in trials["chosen"]],
             "run": trials["run_id"],
-            "num_workers": trials["num_workers"],
-            "prefetch_factor": trials["prefetch_factor"],
-            "pin_memory": trials["pin_memory"],
-            "persistent_workers": trials["persistent_workers"],
-            "batch_size": trials["batch_size"],
-            "samples/s": trials["samples_per_s"],
-            "waits": trials["wait_share"],
-            "start-up s": trials["startup_s"],
-            "peak RSS MiB": trials["peak_rss_bytes"].astype(float) / 2**20,
-            "error": trials["error"],
+            "num_workers": workers,
+            "prefetch_factor": _cells(trials["prefetch_factor"], "{:.0f}", "— (no workers)"),
+            "pin_memory": _cells(trials["pin_memory"], "{}", "—", on_off=True),
+            "persistent_workers": [
+                "— (no workers)" if w == 0 else c
+                for w, c in zip(workers, _cells(trials["persistent_workers"], "{}", "—", on_off=True), strict=True)
+            ],
+            "batch_size": _cells(trials["batch_size"], "{:.0f}", "factory's"),
+            "samples/s": _cells(trials["samples_per_s"], "{:,.1f}", "—"),
+            "waits": pd.to_numeric(trials["wait_share"], errors="coerce") * 100,
+            "start-up": _cells(trials["startup_s"], "{:.2f} s", "—"),
+            "peak RSS": _cells(trials["peak_rss_bytes"].astype(float) / 2**20, "{:,.0f} MiB", "—"),
+            "error": _cells(trials["error"], "{}", ""),
         }
     )
+    return table if paced else table.drop(columns="waits")
+
+
+def _cells(column: pd.Series, fmt: str, missing: str, *, on_off: bool = False) -> list[str]:
+    """Values as text, ``missing`` for NULL: a table cell never reads "None"."""
+    out = []
+    for value in column:
+        plain = _plain(value)
+        if plain is None:
+            out.append(missing)
+        else:
+            out.append(("on" if plain else "off") if on_off else fmt.format(plain))
+    return out
 
 
 def _plain(value: object) -> object:

@@ -7,7 +7,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from collector.cli.args import EXIT_USAGE, OneLineParser
+from collector.cli.args import EXIT_USAGE, OneLineParser, one_line_warnings
 from collector.errors import StallwatchError
 
 # subcommand -> module with add_parser(subparsers) and run(args) -> int
@@ -18,6 +18,7 @@ SUBCOMMANDS = {
     "run": "collector.cli.run",
     "exporter": "collector.cli.exporter",
     "merge": "collector.cli.merge",
+    "dashboard": "collector.cli.dashboard",
 }
 
 
@@ -35,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    one_line_warnings()
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
-from typing import NoReturn
+import sys
+import warnings
+from typing import NoReturn, TextIO
 
+from collector.errors import CollectorWarning
 from collector.store.schema import default_db_path
 
 EXIT_USAGE = 2
@@ -31,3 +34,33 @@ def positive_float(text: str) -> float:
 def add_db_option(parser: argparse.ArgumentParser) -> None:
     """``--db PATH``, defaulting to ``$STALLWATCH_DB``, else ``stallwatch.sqlite`` here."""
     parser.add_argument("--db", default=default_db_path(), help="SQLite file (default: $STALLWATCH_DB or %(default)s)")
+
+
+def one_line_warnings(stream: TextIO | None = None) -> None:
+    """Show each ``CollectorWarning`` once, as one line on stderr, without Python's file:line and source echo.
+
+    On the command line the user wrote no ``watch()`` line to point at (``demo``, ``run``, ``sweep``),
+    so the location and the repeated source line are noise; other warnings keep Python's format.
+    """
+    shown: set[str] = set()
+    default = warnings.showwarning
+
+    def show(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
+        if not issubclass(category, CollectorWarning):
+            default(message, category, filename, lineno, file, line)
+            return
+        text = " ".join(str(message).split())
+        if text in shown:
+            return
+        shown.add(text)
+        out = stream or sys.stderr
+        print(text if text.startswith("stallwatch:") else f"stallwatch: {text}", file=out, flush=True)
+
+    warnings.showwarning = show

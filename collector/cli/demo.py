@@ -7,49 +7,37 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
-
-import torch
-from torch.utils.data import DataLoader, Dataset
+from typing import TYPE_CHECKING, Any
 
 from collector.cli.args import add_db_option, positive_float
 from collector.errors import StallwatchError
 
+if TYPE_CHECKING:
+    from torch.utils.data import Dataset
 
-class SleepDataset(Dataset[tuple[torch.Tensor, int]]):
-    """Imitates reading from slow storage: each sample sleeps ``sleep_s`` (no CPU used)."""
-
-    def __init__(self, length: int, sleep_s: float, features: int = 256) -> None:
-        self.length = length
-        self.sleep_s = sleep_s
-        self.features = features
-
-    def __len__(self) -> int:
-        return self.length
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
-        time.sleep(self.sleep_s)
-        return torch.full((self.features,), float(index % 97)), index % 10
+# The datasets need torch, which takes seconds to import: `--help` must not wait for it.
+LAZY = {"SleepDataset", "ComputeDataset"}
 
 
-class ComputeDataset(Dataset[tuple[torch.Tensor, int]]):
-    """Imitates decoding and augmenting: each sample keeps one core busy for ``cpu_s``."""
+def __getattr__(name: str) -> Any:
+    """``collector.cli.demo.SleepDataset`` and ``ComputeDataset`` live in demo_datasets (imported on first use)."""
+    if name in LAZY:
+        from collector.cli import demo_datasets
 
-    def __init__(self, length: int, cpu_s: float, features: int = 256) -> None:
-        self.length = length
-        self.cpu_s = cpu_s
-        self.features = features
+        return getattr(demo_datasets, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-    def __len__(self) -> int:
-        return self.length
 
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
-        end = time.thread_time() + self.cpu_s
-        x = float(index)
-        while time.thread_time() < end:
-            for _ in range(200):
-                x = (x * 1.000001 + 0.5) % 1000.0
-        return torch.full((self.features,), x), index % 10
+def _sleep(length: int, sleep_s: float) -> Dataset[Any]:
+    from collector.cli.demo_datasets import SleepDataset
+
+    return SleepDataset(length, sleep_s)
+
+
+def _compute(length: int, cpu_s: float) -> Dataset[Any]:
+    from collector.cli.demo_datasets import ComputeDataset
+
+    return ComputeDataset(length, cpu_s)
 
 
 class SlowStartWorker:
@@ -75,27 +63,27 @@ class Scenario:
 SCENARIOS: dict[str, Scenario] = {
     "starved": Scenario(
         "num_workers=0 over slow storage: the loop waits about 3x longer than it computes",
-        lambda: SleepDataset(4096, 0.002),
+        lambda: _sleep(4096, 0.002),
         {"batch_size": 16, "num_workers": 0},
     ),
     "healthy": Scenario(
         "4 workers, prefetch 4, persistent: batches are ready before the step ends",
-        lambda: SleepDataset(4096, 0.002),
+        lambda: _sleep(4096, 0.002),
         {"batch_size": 16, "num_workers": 4, "prefetch_factor": 4, "persistent_workers": True},
     ),
     "cpu": Scenario(
         "num_workers=0 with CPU-heavy decoding: one core pegged, the GPU starved",
-        lambda: ComputeDataset(4096, 0.001),
+        lambda: _compute(4096, 0.001),
         {"batch_size": 16, "num_workers": 0},
     ),
     "oversubscribed": Scenario(
         "8 CPU-bound workers on a machine with fewer cores: they fight for the CPU",
-        lambda: ComputeDataset(4096, 0.001),
+        lambda: _compute(4096, 0.001),
         {"batch_size": 16, "num_workers": 8},
     ),
     "epoch-stall": Scenario(
         "short epochs, workers restarted each epoch with a slow start (persistent_workers=False)",
-        lambda: SleepDataset(320, 0.0005),
+        lambda: _sleep(320, 0.0005),
         {"batch_size": 16, "num_workers": 2, "worker_init_fn": SlowStartWorker(0.5)},
     ),
 }
@@ -110,6 +98,9 @@ def run_demo(
     max_batches: int | None = None,
 ) -> int | None:
     """Train a tiny model on the CPU for ``seconds`` (or ``max_batches``) through ``watch``; returns the run id."""
+    import torch
+    from torch.utils.data import DataLoader
+
     from collector.record.watch import watch
 
     spec = SCENARIOS[scenario]
@@ -162,4 +153,20 @@ def _main(args: argparse.Namespace) -> int:
     if run_id is None:
         raise StallwatchError(f"nothing was recorded into {args.db} (see the warning above)")
     print(f"done: run {run_id} in {args.db}")
+    print(_verdict(args.db, run_id))
+    print(f"next: stallwatch dashboard {args.db}   (or the full report: stallwatch report {args.db})", flush=True)
     return 0
+
+
+def _verdict(db: str, run_id: int | None) -> str:
+    """The recorded run's verdict and the line to paste, as ``report`` would print them."""
+    from collector.diagnosis import diagnose
+    from collector.diagnosis.text import headline
+    from collector.errors import StallwatchError
+
+    try:
+        report = diagnose(db, run_id if run_id is not None else "latest")
+    except StallwatchError as exc:
+        return f"no verdict: {exc}"
+    change = report.code_change()
+    return headline(report) + (f"\nto change: {change}" if change else "")

@@ -8,7 +8,6 @@ import sys
 from typing import Any
 
 from collector.cli.args import positive_float
-from collector.diagnosis.text import render
 from collector.errors import StallwatchError
 
 EXIT_USAGE = 2
@@ -50,7 +49,8 @@ def _batch_count(text: str) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
-    from collector.diagnosis import diagnose, diagnose_job
+    from collector.diagnosis import diagnose, diagnose_job  # pandas: imported only when a report is asked for
+    from collector.diagnosis.text import render
 
     try:
         if args.window_s is None and args.last_batches is None:

@@ -5,6 +5,30 @@ from __future__ import annotations
 from collector.diagnosis.findings import Report
 from collector.diagnosis.units import ms
 
+# NOTE [ One waiting figure ]
+# A run has several honest "waiting" ratios: time inside next() over all time
+# (summary.data_wait_fraction, which counts the hand-off of a batch that was
+# already ready and the warm-up), wait over wait + step, the stall fraction.
+# Shown side by side they read as three answers to one question (5%, 15.6%,
+# 18% on one run). Every place a person reads "waiting for data" (this text,
+# the dashboard's banner, cards, runs table, comparison) shows one of them:
+# summary.stall_fraction, the figure the verdict reads, defined below.
+WAITING_LABEL = "waiting for data"
+WAITING_DEFINITION = (
+    "Share of the run's time after warm-up that the training loop sat blocked waiting for its next batch, "
+    "beyond the normal hand-off of a batch that was already ready (later epochs' worker start-up included). "
+    "The verdict reads this figure: input-bound from 20%, not input-bound under 5%."
+)
+
+
+def headline(report: Report) -> str:
+    """``verdict: INPUT-BOUND: waiting for data 76% of the time after warm-up``: the one waiting figure."""
+    return (
+        f"{'job verdict' if report.ranks else 'verdict'}: {report.verdict.upper()}: "
+        f"{WAITING_LABEL} {report.summary['stall_fraction']:.0%} "
+        "of the time after warm-up"
+    )
+
 
 def render(report: Report) -> str:
     """The report as readable text."""
@@ -24,8 +48,7 @@ def render(report: Report) -> str:
         f"host: {host.get('usable_cores')} usable cores ({host.get('physical_cores')} physical), "
         f"{(host.get('ram_bytes') or 0) / 2**30:.1f} GiB RAM, " + (f"{len(gpus)} GPU(s)" if gpus else "no GPU sampled"),
         "",
-        f"{'job verdict' if report.ranks else 'verdict'}: {report.verdict.upper()}: stalled for data {s['stall_fraction']:.0%} of the time after warm-up "
-        f"({s['data_wait_fraction']:.0%} of all time in next())",
+        headline(report),
     ]
     util = s.get("gpu_util_pct")
     util_text = "n/a" if not util else f"mean {util['mean']:.0f}% p5 {util['p5']:.0f}% p95 {util['p95']:.0f}%"

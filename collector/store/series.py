@@ -83,15 +83,23 @@ def batch_envelope(reader: Reader, run_id: int, t0: float, t1: float, buckets: i
     return _with_time(df, t0, width)
 
 
-def wait_intervals(
-    reader: Reader, run_id: int, t0: float, t1: float, *, min_wait_s: float = 0.001, limit: int = 4_000
-) -> pd.DataFrame | None:
-    """[start, end] of each wait longer than ``min_wait_s``; None when there are more than ``limit``."""
+def batch_phases(reader: Reader, run_id: int, t0: float, t1: float, *, limit: int = 2_000) -> pd.DataFrame | None:
+    """Each batch in the window as its two phases: ``compute_start`` (its step began), ``wait_start``, ``end``.
+
+    ``step_s`` is the loop's work before it asked for the batch, ``wait_s`` the time
+    blocked in ``next()``, and ``ts`` the moment the batch arrived, so::
+
+        compute_start          wait_start        end (= ts)
+             |----- step_s -------|---- wait_s -----|
+
+    None when the window holds more than ``limit`` batches: too many to draw one by one.
+    """
     where, params = _window("b", run_id, t0, t1)
     df = reader.frame(
         # Primary-key order is time order and lets LIMIT stop early; ORDER BY ts would sort every match first.
-        f"SELECT ts - wait_s AS start, ts AS end FROM batches b {where} AND wait_s > ? ORDER BY epoch, idx LIMIT ?",
-        [*params, min_wait_s, limit + 1],
+        "SELECT ts - wait_s - COALESCE(step_s, 0) AS compute_start, ts - wait_s AS wait_start, ts AS end"
+        f" FROM batches b {where} ORDER BY epoch, idx LIMIT ?",
+        [*params, limit + 1],
     )
     return None if len(df) > limit else df
 

@@ -1,0 +1,53 @@
+"""A distributed job's ranks read together: the runs that share ``runs.job_id``, and their waits over time."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from collector.store.reader import Reader
+
+JOB_BUCKETS = 240  # time slices of the per-rank chart: each holds several batches of a long job
+
+
+def job_ranks(reader: Reader, job_id: str) -> pd.DataFrame:
+    """One row per run of the job: id, name, rank, world_size, started_at; in rank order (NULL ranks last)."""
+    return reader.frame(
+        "SELECT id, name, rank, world_size, started_at FROM runs WHERE job_id = ? ORDER BY rank IS NULL, rank, id",
+        [job_id],
+    )
+
+
+def rank_wait_shares(reader: Reader, job_id: str, buckets: int = JOB_BUCKETS) -> pd.DataFrame:
+    """Per rank and time slice of the whole job: the share of the slice spent waiting for data, and in steps.
+
+    Columns: run_id, rank, t (middle of the slice, seconds since the job's first batch
+    request), width_s, n (batches), wait_pct, busy_pct. Every rank is cut at the same
+    slice edges, so their lines line up on one time axis. Empty for a job with no batches.
+    """
+    ranks = job_ranks(reader, job_id)
+    if ranks.empty:
+        return _empty()
+    ids = [int(i) for i in ranks["id"]]
+    marks = ",".join("?" * len(ids))
+    span = reader.frame(f"SELECT MIN(ts - wait_s) AS t0, MAX(ts) AS t1 FROM batches WHERE run_id IN ({marks})", ids)
+    t0, t1 = span["t0"].iloc[0], span["t1"].iloc[0]
+    if t0 is None or pd.isna(t0):
+        return _empty()
+    width = max((float(t1) - float(t0)) / max(1, int(buckets)), 1e-6)
+    df = reader.frame(
+        "SELECT run_id, CAST((ts - ?) / ? AS INTEGER) AS bucket, COUNT(*) AS n,"
+        " TOTAL(wait_s) AS wait_sum, TOTAL(step_s) AS step_sum"
+        f" FROM batches WHERE run_id IN ({marks}) GROUP BY run_id, bucket ORDER BY run_id, bucket",
+        [float(t0), width, *ids],
+    )
+    rank_of = dict(zip(ranks["id"].astype(int), ranks["rank"], strict=True))
+    df["rank"] = [rank_of[int(i)] for i in df["run_id"]]
+    df["t"] = (df["bucket"].astype(float) + 0.5) * width
+    df["width_s"] = width
+    df["wait_pct"] = (100.0 * df["wait_sum"] / width).clip(0.0, 100.0)
+    df["busy_pct"] = (100.0 * df["step_sum"] / width).clip(0.0, 100.0)
+    return df[["run_id", "rank", "t", "width_s", "n", "wait_pct", "busy_pct"]]
+
+
+def _empty() -> pd.DataFrame:
+    return pd.DataFrame(columns=["run_id", "rank", "t", "width_s", "n", "wait_pct", "busy_pct"])
