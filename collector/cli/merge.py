@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from collector.store.merge import Merged, merge_files
+if TYPE_CHECKING:
+    from collector.store.merge import Merged
 
 
 def add_parser(subparsers: Any) -> None:
@@ -23,6 +24,8 @@ def add_parser(subparsers: Any) -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
+    from collector.store.merge import merge_files  # pandas and numpy: only when merging
+
     started = time.perf_counter()
 
     def progress(m: Merged) -> None:
