@@ -28,7 +28,7 @@ HEAD_BATCHES = 64  # every epoch's first batches are always read: worker start-u
 # weighted n. The stall fraction is a ratio of sums over thousands of rows,
 # so the sample moves it by well under a point; bench/bench_exporter.py
 # measures the scrape at 1000 batches/s per rank.
-MAX_WINDOW_ROWS = 5_000
+MAX_WINDOW_ROWS = 1_000
 
 
 @dataclass(frozen=True)
