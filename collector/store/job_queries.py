@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pandas as pd
 
 from collector.store.reader import Reader
@@ -17,14 +19,21 @@ def job_ranks(reader: Reader, job_id: str) -> pd.DataFrame:
     )
 
 
-def rank_wait_shares(reader: Reader, job_id: str, buckets: int = JOB_BUCKETS) -> pd.DataFrame:
+def rank_wait_shares(
+    reader: Reader, job_id: str, buckets: int = JOB_BUCKETS, run_ids: Sequence[int] | None = None
+) -> pd.DataFrame:
     """Per rank and time slice of the whole job: the share of the slice spent waiting for data, and in steps.
+
+    ``run_ids`` keeps only those runs of the job (one loader's ranks, when the job
+    recorded several loaders, as the job view draws them).
 
     Columns: run_id, rank, t (middle of the slice, seconds since the job's first batch
     request), width_s, n (batches), wait_pct, busy_pct. Every rank is cut at the same
     slice edges, so their lines line up on one time axis. Empty for a job with no batches.
     """
     ranks = job_ranks(reader, job_id)
+    if run_ids is not None:
+        ranks = ranks[ranks["id"].isin([int(i) for i in run_ids])]
     if ranks.empty:
         return _empty()
     ids = [int(i) for i in ranks["id"]]
