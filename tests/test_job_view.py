@@ -155,3 +155,13 @@ def test_rank_table_without_a_report_lists_the_ranks() -> None:
     job = Job("j", "train.py:41", (5, 6), (0, 1), 2, live=False, version=())
     table = rank_table(job, None)
     assert list(table["rank"]) == ["0", "1"] and table["wait share"].isna().all()
+
+
+def test_a_short_jobs_slices_hold_several_batches_so_each_rank_reads_its_own_share(tmp_path: Path) -> None:
+    """120 batches of 40 ms: 240 slices would be narrower than a batch and read 0% or 100% (NOTE [ Slices ... ])."""
+    path = str(tmp_path / "job.sqlite")
+    job_file(path)
+    shares = job_queries.rank_wait_shares(Reader(path), JOB_ID)
+    assert shares.groupby("run_id")["n"].median().min() >= job_queries.BATCHES_PER_SLICE
+    by_rank = {int(r): part["wait_pct"] for r, part in shares.groupby("rank")}
+    assert 65 < by_rank[1].median() < 85 and by_rank[0].median() < 10  # 30 of 40 ms; 1 of 40 ms
