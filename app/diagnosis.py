@@ -1,7 +1,8 @@
-"""The one place the app calls ``collector.diagnosis.diagnose``: guarded, so the charts render even when it fails."""
+"""The one place the app calls the diagnosis (a run's, a job's): guarded, so the charts render even when it fails."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import collector.diagnosis
@@ -22,8 +23,20 @@ def diagnose(path: str, run_id: int, window_s: float | None = None, *, live: boo
 
     ``live`` says the run is still being recorded (the diagnosis refuses such a run without it).
     """
+    return _guarded(lambda: collector.diagnosis.diagnose(path, run_id, window_s=window_s, live=live))
+
+
+def diagnose_job(path: str, run_id: int, *, live: bool = False) -> Report | Unavailable:
+    """The diagnosis of the distributed job ``run_id`` is a rank of: every rank, the straggler, the job's verdict.
+
+    ``live`` says a rank is still being recorded.
+    """
+    return _guarded(lambda: collector.diagnosis.diagnose_job(path, run_id, live=live))
+
+
+def _guarded(call: Callable[[], Report]) -> Report | Unavailable:
     try:
-        return collector.diagnosis.diagnose(path, run_id, window_s=window_s, live=live)
+        return call()
     except InsufficientData as exc:
         return Unavailable(f"Not enough data for a diagnosis yet: {exc}", insufficient=True)
     except StallwatchError as exc:

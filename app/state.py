@@ -20,6 +20,7 @@ from collector.store.reader import Reader
 DB_KEY = "sw_db"  # the file the user opened in the sidebar (overrides --db / STALLWATCH_DB)
 RUN_KEY = "sw_run"  # the run id picked in the sidebar
 COMPARE_KEY = "sw_compare"  # run ids picked for the compare view
+JOB_KEY = "sw_job"  # the job view's job: the run id of one of its ranks (app.jobs.Job.key)
 LIVE_TTL_S = 1.0
 STATIC_TTL_S = 600.0
 LIVE_DIAGNOSIS_TTL_S = 10.0  # a live run's banner, cards and findings: re-diagnosed at most this often
@@ -125,6 +126,26 @@ def table_bytes(path: str, run_id: int, table: str, fmt: str) -> bytes:
 
 
 @st.cache_data(ttl=2.0, show_spinner=False, max_entries=16)
-def job_shares(path: str, job_id: str) -> pd.DataFrame:
-    """Each rank's share of time waiting for data over the job (job_queries.rank_wait_shares)."""
-    return job_queries.rank_wait_shares(_reader(path, _identity(path)), job_id)
+def job_shares(path: str, job_id: str, run_ids: tuple[int, ...] | None = None) -> pd.DataFrame:
+    """Each rank's share of time waiting for data over the job (job_queries.rank_wait_shares), of ``run_ids`` only."""
+    return job_queries.rank_wait_shares(_reader(path, _identity(path)), job_id, run_ids=run_ids)
+
+
+@st.cache_data(ttl=LIVE_DIAGNOSIS_TTL_S, show_spinner=False, max_entries=8)
+def _live_job_diagnosis(path: str, run_id: int) -> Report | diagnosis.Unavailable:
+    return diagnosis.diagnose_job(path, run_id, live=True)
+
+
+@st.cache_data(ttl=STATIC_TTL_S, show_spinner=False, max_entries=32)
+def _static_job_diagnosis(path: str, run_id: int, version: Any) -> Report | diagnosis.Unavailable:
+    return diagnosis.diagnose_job(path, run_id)
+
+
+def job_diagnosis(path: str, run_id: int, live: bool, version: Any) -> Report | diagnosis.Unavailable:
+    """The job's diagnosis (every rank, the straggler), cached as a run's.
+
+    A live job's for ``LIVE_DIAGNOSIS_TTL_S``; a finished one's until a rank's row changes (``version``).
+    """
+    if live:
+        return _live_job_diagnosis(path, run_id)
+    return _static_job_diagnosis(path, run_id, version)

@@ -45,6 +45,7 @@ st.set_page_config(page_title="stallwatch", page_icon=":material/hourglass_top:"
 pages = [
     st.Page(os.path.join(HERE, "routes", "run.py"), title="Run", icon=":material/monitoring:", default=True),
     st.Page(os.path.join(HERE, "routes", "runs.py"), title="Runs", icon=":material/table_rows:"),
+    st.Page(os.path.join(HERE, "routes", "job.py"), title="Job", icon=":material/hub:"),
     st.Page(os.path.join(HERE, "routes", "compare.py"), title="Compare", icon=":material/compare_arrows:"),
     st.Page(os.path.join(HERE, "routes", "sweeps.py"), title="Sweeps", icon=":material/tune:"),
 ]

@@ -212,3 +212,71 @@ def test_whole_run_shows_shares_per_slice_and_last_seconds_show_each_batch(zoom_
             page.screenshot(path=str(ARTIFACTS / "dashboard-zoom-batches.png"), full_page=True)
         finally:
             browser.close()
+
+
+@pytest.fixture(scope="module")
+def job_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real 2-rank DDP job (gloo, torch.multiprocessing.spawn) recorded with watch(); rank 1's items cost 3x."""
+    _require_browser()
+    folder = tmp_path_factory.mktemp("job")
+    db = folder / "job.sqlite"
+    scripts = REPO / "tests" / "scripts"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(scripts)]), "OMP_NUM_THREADS": "1"}
+    env.pop("STALLWATCH_JOB_STARTED", None)
+    subprocess.run(
+        [sys.executable, str(scripts / "fw_plain.py"), str(db), "2", "watch", "cost_ms=2", "slow_rank=1", "items=384"],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        timeout=300,
+        check=True,
+    )
+    port = _free_port()
+    log = folder / "dashboard.log"
+    with open(log, "wb") as out:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "collector", "dashboard", str(db), "--port", str(port)],
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(url, server, log)
+        yield url
+    finally:
+        _stop(server)
+
+
+def test_job_view_of_a_two_rank_recording_names_the_straggler(job_url: str) -> None:
+    """From the Runs page to the job view: the job's verdict names rank 1, the chart marks it; a rank links back."""
+    _require_browser()
+    from playwright.sync_api import sync_playwright
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1440, "height": 1800})
+            page.goto(f"{job_url}/runs")
+            page.get_by_role("button", name="Job view").click(timeout=RENDER_TIMEOUT_MS)
+            page.get_by_text("Job verdict").wait_for(timeout=RENDER_TIMEOUT_MS)
+            banner = page.locator("[data-testid='stAlert']", has_text="waited for data").first
+            banner.wait_for(timeout=RENDER_TIMEOUT_MS)
+            assert "Input-bound" in banner.inner_text() and "rank 1 waited for data" in banner.inner_text()
+            page.wait_for_selector(".js-plotly-plot .main-svg", timeout=RENDER_TIMEOUT_MS)
+            names = page.evaluate(FIRST_CHART_NAMES)
+            assert names == ["rank 0", "rank 1 (straggler)"], names
+            assert page.get_by_text("straggler rank", exact=False).count() >= 1  # the symptom, in What we see
+            assert page.locator("[data-testid='stException']").count() == 0
+            page.screenshot(path=str(ARTIFACTS / "dashboard-job-view.png"), full_page=True)
+
+            page.get_by_role("button", name="Rank 1 in the Run view").click()  # one rank, and back to its job
+            page.get_by_text("Rank 1 of 2 recorded ranks of job").wait_for(timeout=RENDER_TIMEOUT_MS)
+            page.wait_for_selector(".js-plotly-plot .main-svg", timeout=RENDER_TIMEOUT_MS)
+            page.screenshot(path=str(ARTIFACTS / "dashboard-job-rank-run.png"), full_page=True)
+            page.get_by_role("button", name="Job view").click()
+            page.get_by_text("Job verdict").wait_for(timeout=RENDER_TIMEOUT_MS)
+            assert page.locator("[data-testid='stException']").count() == 0
+        finally:
+            browser.close()

@@ -18,6 +18,8 @@ from app.components.findings import findings, verdict_banner
 from app.data import PHASE_BATCHES, RunViewData
 from app.diagnosis import Unavailable
 from app.guard import page_boundary
+from app.jobs import job_of
+from app.views.job import open_job, switch_if_asked
 from collector.diagnosis.findings import Report
 from collector.diagnosis.text import WAITING_DEFINITION
 from collector.errors import StallwatchError, UnknownRun
@@ -54,6 +56,7 @@ def page() -> None:
         return
     live = run["state"] == "running"
     _header(run)
+    _job_link(path, run)
     window_label = st.segmented_control(
         "Time shown",
         list(WINDOWS),
@@ -80,6 +83,23 @@ def _range_slider(run: dict[str, Any]) -> tuple[float, float]:
         help=f"With {PHASE_BATCHES:,} batches or fewer in the range, the first chart draws every batch.",
     )
     return float(low), float(high)
+
+
+def _job_link(path: str, run: dict[str, Any]) -> None:
+    """A rank of a distributed job points to its job view, where the ranks are read together."""
+    if run.get("rank") is None:
+        return
+    job = job_of(state.run_list(path), int(run["id"]))
+    if job is None:
+        return
+    text, button = st.columns([5, 1], vertical_alignment="center")
+    text.info(
+        f"Rank {int(run['rank'])} of {len(job.ranks)} recorded ranks of job `{job.job_id or 'without an id'}`: "
+        "the job view reads them together and names the straggler, the rank that holds the others back.",
+        icon=":material/hub:",
+    )
+    button.button("Job view", icon=":material/hub:", on_click=open_job, args=(int(run["id"]),), key="sw_run_job")
+    switch_if_asked()
 
 
 def _header(run: dict[str, Any]) -> None:

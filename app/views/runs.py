@@ -11,6 +11,7 @@ from app import state
 from app.charts.ranks import rank_wait_figure
 from app.components import welcome
 from app.diagnosis import Unavailable
+from app.views.job import open_job, switch_if_asked
 from collector.diagnosis.text import WAITING_DEFINITION
 
 VERDICT_RUNS = 25  # diagnose at most this many of the newest runs for the table
@@ -65,15 +66,23 @@ def page() -> None:
         st.switch_page("routes/run.py")
     if st.session_state.pop("sw_goto_compare", None):
         st.switch_page("routes/compare.py")
+    switch_if_asked()
 
 
 def _jobs(path: str, runs: pd.DataFrame) -> None:
     """Each distributed job of the file (two or more runs sharing a job id): its ranks' waits on one chart."""
     if runs.empty or runs["job_id"].isna().all():
         return
-    counts = runs.dropna(subset=["job_id"]).groupby("job_id", sort=False)["id"].count()
-    for job_id, ranks in list(counts[counts >= 2].items())[:JOB_CHARTS]:
+    counts = runs.dropna(subset=["job_id"]).groupby("job_id", sort=False)["id"].agg(["count", "min"])
+    for job_id, ranks, first in list(counts[counts["count"] >= 2].itertuples())[:JOB_CHARTS]:
         with st.expander(f"Job `{job_id}`: {ranks} ranks, waiting for data per rank", expanded=True):
+            st.button(
+                "Job view: every rank's verdict and the straggler",
+                icon=":material/hub:",
+                on_click=open_job,
+                args=(int(first),),
+                key=f"sw_job_view_{job_id}",
+            )
             st.plotly_chart(
                 rank_wait_figure(state.job_shares(path, str(job_id))),
                 width="stretch",
