@@ -1,11 +1,12 @@
 """A course-style training program over generated JPEGs: ImageFolder-like data, PIL transforms, a small CNN.
 
-usage: python bench/train_images.py DATA [--epochs 5] [--workers 2] [--transform light|heavy] [--watch DB]
+usage: python bench/train_images.py DATA [--epochs 5] [--workers 2] [--width 32] [--transform light|heavy] [--watch DB]
 
 Run unmodified (``python bench/train_images.py ...``), under ``python -m
 collector run``, or with ``--watch DB`` (the two loaders wrapped in
 ``collector.watch``). Prints one JSON line with its own meters: the time
-inside the epoch loops, each epoch's iter() and the time blocked in next(),
+inside the epoch loops, each epoch's iter(), the time blocked in next() (the final
+next() that ends each epoch also on its own) and the batches,
 as a training script's own "data time" meter would, and the wall clock when
 the loops began and ended (the benchmark compares them with the process's
 start and exit).
@@ -37,9 +38,12 @@ def epoch(loader, step, meter):
         try:
             batch = next(it)
         except StopIteration:
-            meter["wait_s"] += time.perf_counter() - t
+            last = time.perf_counter() - t
+            meter["wait_s"] += last
+            meter["last_s"] += last
             break
         meter["wait_s"] += time.perf_counter() - t
+        meter["batches"] += 1
         step(batch)
     meter["loop_s"] += time.perf_counter() - t0
 
@@ -52,6 +56,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--transform", default="light")
     parser.add_argument("--persistent", action="store_true")
+    parser.add_argument("--width", type=int, default=32, help="the CNN's width (its cost a batch grows as its square)")
     parser.add_argument("--watch", metavar="DB", help="wrap both loaders in collector.watch")
     args = parser.parse_args()
     torch.manual_seed(0)
@@ -68,7 +73,7 @@ def main() -> None:
 
         train = collector.watch(train, db=args.watch, run="train")
         val = collector.watch(val, db=args.watch, run="val")
-    model = SmallCNN()
+    model = SmallCNN(width=args.width)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
 
@@ -84,7 +89,7 @@ def main() -> None:
         with torch.no_grad():
             model(batch[0])
 
-    meters = {"loop_s": 0.0, "iter_s": 0.0, "wait_s": 0.0, "loss": None}
+    meters = {"loop_s": 0.0, "iter_s": 0.0, "wait_s": 0.0, "last_s": 0.0, "batches": 0, "loss": None}
     t_loops = time.time()
     for _ in range(args.epochs):
         model.train()
