@@ -12,7 +12,7 @@ import psutil
 import pytest
 from fake_nvml import FakeNvml
 from fixture_datasets import SlowDataset
-from helpers import collector_messages, query
+from helpers import collector_messages, query, wait_until
 from torch.utils.data import DataLoader
 
 import collector
@@ -157,7 +157,8 @@ def test_the_writer_process_samples_the_host_not_the_training_process(db_path, m
         os.getpid(),
         *json.loads(workers),
     }
-    assert query(db_path, "SELECT warnings FROM runs")[0][0] in (None, "[]")
+    (stored,) = query(db_path, "SELECT warnings FROM runs")[0]
+    assert [w for w in json.loads(stored or "[]") if not w.startswith("note: ")] == []  # a busy machine is noted
 
 
 def test_missing_nvml_in_the_writer_process_is_recorded_as_no_gpu_and_not_warned(db_path, collector_warnings):
@@ -213,6 +214,53 @@ def test_uss_pss_reads_back_off_when_they_cost_more_than_their_budget(detail_cpu
     gaps = {round(b - a, 1) for a, b in zip(host.details, host.details[1:], strict=False)}
     assert gaps == {expected_gap_s}  # 2 ms of CPU a second at most: 40 ms a read -> every 20 s
     assert len(sampler.take()[0]["host_samples"]) == 121
+
+
+class BusyHost(CostlyHost):
+    """A host whose whole-machine CPU follows ``busy(now)``."""
+
+    def __init__(self, now, busy):
+        super().__init__([0.0], 0.0)
+        self.now, self.busy, self.samples = now, busy, []
+
+    def host(self, now):
+        self.samples.append(now)
+        pct = self.busy(now)
+        return SimpleNamespace(ts=now, cpu_pct=pct, per_core_pct=(pct,), mem_available_bytes=1, disk_read_bps=None)
+
+
+def test_sampling_backs_off_while_the_machine_is_saturated_and_returns_when_it_is_not():
+    now, notes = [0.0], []
+    host = BusyHost(now, lambda t: 99.0 if t < 30.0 else 40.0)
+    sampler = Sampler(
+        Rates(gpu_hz=0, host_hz=2),
+        main_pid=1,
+        host_facts={},
+        warn=lambda key, text: notes.append(key),
+        host_factory=lambda warn: host,
+        wall_clock=lambda: now[0],
+        clock=lambda: now[0],
+    )
+    while now[0] < 60.0:
+        now[0] = sampler.due()
+        sampler.sample()
+    gaps = [round(b - a, 1) for a, b in zip(host.samples, host.samples[1:], strict=False)]
+    assert gaps[:4] == [1.0, 2.0, 4.0, 4.0]  # 2 Hz asked: doubled after each saturated sample, up to 8x
+    assert max(gaps) == 4.0 and gaps[-1] == 0.5  # back to the asked rate once the machine eased
+    assert sum(t < 30.0 for t in host.samples) < 12  # against 60 at the asked rate
+    assert all(t >= 30.0 for t in host.details[1:])  # no USS/PSS reads while saturated
+    assert notes == ["note-sampling-slowed"]  # said once
+
+
+def test_a_saturated_machine_is_noted_with_the_run_and_not_warned(db_path, collector_warnings):
+    host = BusyHost([0.0], lambda t: 100.0)
+    watched = watch_with_fakes(range(5), db=db_path, gpu_hz=0, host_factory=lambda warn: host, writer_in_process=True)
+    assert wait_until(lambda: len(host.samples) >= 2)
+    list(watched)
+    watched.close()
+    assert collector_messages(collector_warnings) == []
+    (stored,) = query(db_path, "SELECT warnings FROM runs")[0]
+    assert "CPU was saturated" in json.loads(stored)[0]
 
 
 def test_frame_reader_waits_no_longer_than_asked_and_ends_with_its_input():

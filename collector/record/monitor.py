@@ -101,6 +101,12 @@ class Monitor(threading.Thread):
         self._warnings_dirty = True
         warn_at(self._origin, message)
 
+    def note(self, key: str, message: str) -> None:
+        """Store a note with the run's warnings, once per key, without raising a warning: nothing is wrong."""
+        if key not in self.warned:
+            self.warned[key] = message
+            self._warnings_dirty = True
+
     def _warn_no_gpu(self) -> None:
         """NVML failing is worth a warning only where a GPU is in use: once per process. See NOTE [ No GPU ]."""
         if self._no_gpu is None or "nvml" in _warned_in_process or not self._cuda_in_use():
@@ -148,6 +154,8 @@ class Monitor(threading.Thread):
             elif isinstance(reply, Warned):
                 if reply.key == "nvml":
                     self._no_gpu = reply.text
+                elif reply.key.startswith("note-"):
+                    self.note(reply.key, reply.text)
                 else:
                     self.warn(reply.key, reply.text)
             elif isinstance(reply, Unwritten):

@@ -19,6 +19,19 @@ DETAIL_MEMORY_INTERVAL_S = 5.0  # USS/PSS walk page tables: expensive
 DETAIL_MEMORY_BUDGET = 0.002  # at most 2 ms of CPU a second on them; see Sampler.sample
 DEVICE_REFRESH_INTERVAL_S = 5.0
 SAMPLE_TABLES = ("gpu_samples", "host_samples", "proc_samples")
+SATURATED_PCT = 95.0  # whole-machine CPU at or above which the sampler backs off
+RELAXED_PCT = 80.0  # ... and below which it returns to its rates
+MAX_SLOWDOWN = 8  # at most 8x slower: 2 Hz host sampling becomes one sample every 4 s
+SLOWED_NOTE = "note-sampling-slowed"  # stored with the run, not raised: see NOTE [ Saturated machine ]
+
+# NOTE [ Saturated machine ]
+# When the job fills every core, each sample the writer takes is CPU taken
+# from the job. So after each host sample whose whole-machine CPU is at or
+# above SATURATED_PCT the sampler doubles its intervals (GPU and host, up to
+# MAX_SLOWDOWN) and leaves out the USS/PSS reads; below RELAXED_PCT it halves
+# them again, back to the rates asked for. The first slow-down is noted with
+# the run (in runs.warnings, starting "note: "), so whoever reads fewer
+# samples knows why; it is not raised as a warning, as nothing is wrong.
 
 # NOTE [ Sampling beside the writer ]
 # psutil and NVML are called from Python code that holds its interpreter's
@@ -82,6 +95,9 @@ class Sampler:
         self._nvml: Nvml | None = None
         self._host: HostSampler | None = None
         self._due = {"gpu": float("inf"), "host": float("inf"), "detail": 0.0, "devices": 0.0}
+        self._warn = warn
+        self.slowdown = 1  # NOTE [ Saturated machine ]
+        self._noted = False
         if rates.gpu_hz > 0:
             nvml = (nvml_factory or (lambda w: Nvml(w, pid=main_pid)))(warn)
             if nvml.available:
@@ -109,9 +125,9 @@ class Sampler:
                 self._nvml.refresh_devices()
                 due["devices"] = now + DEVICE_REFRESH_INTERVAL_S
             self._rows["gpu_samples"].extend(astuple(g) for g in self._nvml.sample(wall))
-            due["gpu"] = now + 1.0 / self.rates.gpu_hz
+            due["gpu"] = now + self.slowdown / self.rates.gpu_hz
         if self._host is not None and now >= due["host"]:
-            detail = now >= due["detail"]
+            detail = now >= due["detail"] and self.slowdown == 1
             cpu0 = self._cpu_clock()
             h = self._host.host(wall)
             per_core = None if h.per_core_pct is None else json.dumps(h.per_core_pct)
@@ -123,7 +139,24 @@ class Sampler:
                 # often than every 5 s rather than spend more than the budget.
                 spent = self._cpu_clock() - cpu0
                 due["detail"] = now + max(DETAIL_MEMORY_INTERVAL_S, spent / DETAIL_MEMORY_BUDGET)
-            due["host"] = now + 1.0 / self.rates.host_hz
+            self._adapt(h.cpu_pct)
+            due["host"] = now + self.slowdown / self.rates.host_hz
+
+    def _adapt(self, cpu_pct: float | None) -> None:
+        """Back off while the machine is saturated, return when it is not: NOTE [ Saturated machine ]."""
+        if cpu_pct is None:
+            return
+        if cpu_pct >= SATURATED_PCT and self.slowdown < MAX_SLOWDOWN:
+            self.slowdown *= 2
+            if not self._noted:
+                self._noted = True
+                self._warn(
+                    SLOWED_NOTE,
+                    f"note: the machine's CPU was saturated ({cpu_pct:.0f}% of every core): GPU and host sampling "
+                    f"slowed down, up to {MAX_SLOWDOWN}x, and USS/PSS reads paused, while it lasted",
+                )
+        elif cpu_pct < RELAXED_PCT and self.slowdown > 1:
+            self.slowdown //= 2
 
     @property
     def taken(self) -> int:
