@@ -60,11 +60,29 @@ class Trivial(Dataset[int]):
         return index
 
 
-def reference_loader(workers: int = 0) -> DataLoader[Any]:
+def reference_loader(workers: int = 0, n: int = 1 << 20, persistent: bool = False) -> DataLoader[Any]:
     """The issue's "fastest possible loader": a trivial TensorDataset, batch_size=1."""
-    n = 1 << 20
     dataset = TensorDataset(torch.arange(n, dtype=torch.float32).view(-1, 1), torch.arange(n))
-    return DataLoader(dataset, batch_size=1, num_workers=workers)
+    return DataLoader(dataset, batch_size=1, num_workers=workers, persistent_workers=persistent)
+
+
+class Paced(Dataset[int]):
+    """A sample every ``sleep_s`` per worker: a loader at a real training job's pace, doing no work."""
+
+    def __init__(self, sleep_s: float) -> None:
+        self.sleep_s = sleep_s
+
+    def __len__(self) -> int:
+        return 1 << 30
+
+    def __getitem__(self, index: int) -> int:
+        time.sleep(self.sleep_s)
+        return index
+
+
+def paced_loader(workers: int) -> DataLoader[int]:
+    """About 100 batches a second from ``workers`` workers: what the collector does beside a real job."""
+    return DataLoader(Paced(workers / 100), batch_size=None, num_workers=workers, persistent_workers=True)
 
 
 def no_collate_loader(workers: int) -> DataLoader[int]:
@@ -202,10 +220,10 @@ def background(label: str, make_loader: Callable[[], Any], seconds: float, db: s
     """The collector's CPU per second outside the loop: the monitor thread and the writer process."""
     watched = collector.watch(make_loader(), db=db, run=f"bench-background-{label}")
     it = endless(watched)
-    turn(it, 2_000)
+    turn(it, 200, 0.0)
     monitor = watched._stallwatch_start().monitor
-    link = monitor._link
-    writer = psutil.Process(link.proc.pid) if isinstance(link, ProcessLink) else None
+    link = monitor._writer.link
+    writer = psutil.Process(link.pid) if isinstance(link, ProcessLink) else None
     assert monitor.ident is not None
     monitor_clock = time.pthread_getcpuclockid(monitor.ident)  # nanosecond CPU time of that one thread
 
@@ -215,15 +233,55 @@ def background(label: str, make_loader: Callable[[], Any], seconds: float, db: s
 
     (m0, w0), started, batches = cpu(), time.perf_counter(), 0
     while time.perf_counter() - started < seconds:
-        for _ in range(1_000):
+        for _ in range(100):
             next(it)
-        batches += 1_000
+        batches += 100
     elapsed = time.perf_counter() - started
     m1, w1 = cpu()
     watched.close()
     print(
         f"{label}, collector CPU beside the loop ({batches / elapsed:,.0f} batches/s): monitor thread "
         f"{(m1 - m0) / elapsed * 1e3:.1f} ms/s, writer process (SQLite, sampling) {(w1 - w0) / elapsed * 1e3:.1f} ms/s",
+        flush=True,
+    )
+
+
+def continuous(label: str, make_loader: Callable[[], Any], epochs: int, db: str) -> None:
+    """One loader, whole epochs back to back, plain and watched in turn: no pause, nothing of ours left out.
+
+    The plain side iterates the very DataLoader the watched side wraps (its
+    workers, its queues), so what differs is the collector: the loop, the
+    monitor thread, the writer process and its sampling, whose work for one
+    epoch lands mostly in that epoch (an epoch is many flush intervals long).
+    With persistent workers the watched side goes first, so its timing hook is
+    in the workers for every epoch, plain ones included.
+    """
+    loader = make_loader()
+    watched = collector.watch(loader, db=db, run=f"bench-continuous-{label}")
+    sides = {"watched": watched, "plain": loader}
+
+    def epoch(side: str) -> float:
+        started = time.perf_counter()
+        batches = sum(1 for _ in sides[side])
+        return batches / (time.perf_counter() - started)
+
+    for side in sides:  # warm up: starts the workers, the writer's first samples
+        epoch(side)
+    rates: dict[str, list[float]] = {side: [] for side in sides}
+    for i in range(epochs):
+        for side in list(sides)[:: 1 if i % 2 else -1]:
+            rates[side].append(epoch(side))
+    run_id = watched.run_id
+    watched.close()
+    with sqlite3.connect(db) as conn:
+        (dropped,) = conn.execute("SELECT dropped_records FROM runs WHERE id = ?", (run_id,)).fetchone()
+    pairs = list(zip(rates["watched"], rates["plain"], strict=True))
+    best = max(rates["watched"]) / max(rates["plain"])
+    costs_us = [(1 / w - 1 / p) * 1e6 for w, p in pairs]
+    print(
+        f"{label}, continuous: plain {statistics.median(rates['plain']):,.0f} batches/s; watched/plain {_spread(pairs)} "
+        f"over {epochs} epoch pairs, best/best {best:.3f}; {statistics.median(costs_us):.2f} us added per batch; "
+        f"{dropped:,} dropped",
         flush=True,
     )
 
@@ -291,7 +349,9 @@ def writer(rows: int, db: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="shorter runs, for a smoke test")
-    parser.add_argument("--only", choices=["overhead", "memory", "writer"], help="run one part")
+    parser.add_argument(
+        "--only", choices=["overhead", "continuous", "background", "memory", "writer"], help="run one part"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     # Short turns, many rounds: this machine's noise comes in bursts longer than a turn.
@@ -324,6 +384,15 @@ def main() -> None:
             background("reference, num_workers=0", reference_loader, 20.0 / scale, db)
             compare("no collate, num_workers=0", lambda: no_collate_loader(0), fast, db)
             compare("no collate, num_workers=2", lambda: no_collate_loader(2), replace(workers, min_batches=2_000), db)
+        if args.only in (None, "continuous"):
+            db = os.path.join(tmp, "continuous.sqlite")
+            epochs = 4 if args.quick else 12
+            continuous("reference, num_workers=0", lambda: reference_loader(0, 200_000 // scale), epochs, db)
+            continuous("reference, 2 persistent workers", lambda: reference_loader(2, 4_000 // scale, True), epochs, db)
+        if args.only == "background":
+            db = os.path.join(tmp, "background.sqlite")
+            for workers in (2, 8):
+                background(f"100 batches/s, {workers} workers", lambda w=workers: paced_loader(w), 30.0 / scale, db)
         if args.only in (None, "memory"):
             memory(1_000_000 // scale, os.path.join(tmp, "memory.sqlite"))
         if args.only in (None, "writer"):
