@@ -18,6 +18,9 @@ difference against plain:
   run (the loops' end to exit), and the CPU of the whole process tree
   (training process, workers, the collector's thread and writer process).
 
+A side ``run@base`` or ``watch@base`` runs the collector at $STALLWATCH_BASE
+instead (e.g. a checkout before a change), interleaved with the others.
+
 ``--hog`` runs the rounds beside a CPU hog (one busy process per core, started here and stopped at the end).
 """
 
@@ -52,18 +55,26 @@ SIDES = {
 
 
 def run_side(side: str, data: str, epochs: int, workdir: str, extra: list[str]) -> dict[str, float]:
-    """One process of one side: its wall time, its tree's CPU seconds and the program's own meters."""
+    """One process of one side: its wall time, its tree's CPU seconds and the program's own meters.
+
+    A side named ``SIDE@base`` runs the collector found at $STALLWATCH_BASE (another checkout: a before/after
+    comparison interleaved in one benchmark).
+    """
+    env = dict(os.environ)
+    if "@" in side:
+        env["PYTHONPATH"] = os.environ["STALLWATCH_BASE"]
     args = [data, "--epochs", str(epochs), *extra]
     db = os.path.join(workdir, f"{side}-{time.monotonic_ns()}.sqlite")
     if side == "plain":
         cmd = [sys.executable, SCRIPT, *args]
-    elif side == "watch":
+    elif side.split("@")[0] == "watch":
         cmd = [sys.executable, SCRIPT, *args, "--watch", db]
     else:
-        cmd = [sys.executable, *SIDES[side][:3], "--db", db, *SIDES[side][3:], SCRIPT, *args]
+        head = SIDES[side.split("@")[0]]
+        cmd = [sys.executable, *head[:3], "--db", db, *head[3:], SCRIPT, *args]
     with tempfile.TemporaryFile("w+") as err:
         t_spawn = time.time()
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
         out = proc.stdout.read() if proc.stdout else ""
         _, status, usage = os.wait4(proc.pid, 0)  # CPU of the process and every descendant it reaped
         t_exit = time.time()
@@ -137,7 +148,7 @@ def main() -> None:
     parser.add_argument("--save", metavar="JSON", help="also write every round's figures there")
     args = parser.parse_args()
     sides = args.sides.split(",")
-    if sides[0] != "plain" or any(side not in SIDES for side in sides):
+    if sides[0] != "plain" or any(side.split("@")[0] not in SIDES for side in sides):
         raise SystemExit(f"sides come from {', '.join(SIDES)}, plain first: every ratio is against it")
     data = str(make_jpegs(Path(tempfile.gettempdir()) / "stallwatch-bench-jpegs", args.images))
     extra = ["--workers", str(args.workers), "--width", str(args.width)]
