@@ -141,8 +141,10 @@ def test_data_loader_starved_fires_for_the_starved_demo_and_never_for_the_health
     assert wait_until(lambda: firing(base, "DataLoaderStarved"), timeout_s=40, interval_s=0.5)
     (labels,) = firing(base, "DataLoaderStarved")
     assert labels["run"] == "demo-starved" and labels["severity"] == "warning"
-    ever = query(base, 'max_over_time(ALERTS{alertname="DataLoaderStarved", run="demo-healthy"}[5m])')
-    assert ever == [], ever  # neither pending nor firing at any evaluation
+    ever = query(
+        base, 'max_over_time(ALERTS{alertname="DataLoaderStarved", alertstate="firing", run="demo-healthy"}[5m])'
+    )
+    assert ever == [], ever  # never fired (a loaded machine can make a moment of it pending: for: is the guard)
     healthy = query(base, 'stallwatch_verdict{run="demo-healthy", stallwatch_verdict="input-bound"}')
     assert healthy[0]["value"][1] == "0"  # not input-bound (on a loaded 2-core machine it may read "partly")
     assert float(query(base, 'stallwatch_data_stall_ratio{run="demo-healthy"}')[0]["value"][1]) < 0.2
