@@ -51,8 +51,13 @@ def batch_insert_sql(run_id: int, wall0_s: float, perf0_ns: int, extra: Sequence
 
 
 def fetch_insert_sql(run_id: int) -> str:
-    """INSERT for worker timing entries (pid, worker_id, incarnation, seq, started_at, wall_s, cpu_s)."""
-    return f"INSERT OR REPLACE INTO worker_fetches VALUES ({int(run_id)}, ?, ?, ?, ?, ?, ?, ?)"
+    """INSERT for worker timing entries (pid, worker_id, incarnation, seq, started_at, wall_s, cpu_s, runq_s)."""
+    return f"INSERT OR REPLACE INTO worker_fetches VALUES ({int(run_id)}, ?, ?, ?, ?, ?, ?, ?, ?)"
+
+
+def exit_insert_sql(run_id: int) -> str:
+    """INSERT for a worker's whole-life totals (pid, worker_id, started_at, ended_at, cpu_s, runq_s)."""
+    return f"INSERT OR REPLACE INTO worker_exits VALUES ({int(run_id)}, ?, ?, ?, ?, ?, ?)"
 
 
 # NOTE [ Accounting ]
@@ -269,9 +274,10 @@ class Store:
             for table, table_rows in rows.items():
                 conn.executemany(self._inserts[table], table_rows)
             conn.executemany(
-                "INSERT INTO epochs VALUES (?,?,?,?,?,?,?) ON CONFLICT (run_id, epoch) DO UPDATE SET"
+                "INSERT INTO epochs (run_id, epoch, started_at, ended_at, first_batch_s, batches, worker_pids,"
+                " end_wait_s) VALUES (?,?,?,?,?,?,?,?) ON CONFLICT (run_id, epoch) DO UPDATE SET"
                 " ended_at=excluded.ended_at, first_batch_s=excluded.first_batch_s,"
-                " batches=excluded.batches, worker_pids=excluded.worker_pids",
+                " batches=excluded.batches, worker_pids=excluded.worker_pids, end_wait_s=excluded.end_wait_s",
                 epochs,
             )
             if run_update and run_id is not None:
