@@ -22,9 +22,16 @@ def render(report: Report) -> str:
         f"host: {host.get('usable_cores')} usable cores ({host.get('physical_cores')} physical), "
         f"{(host.get('ram_bytes') or 0) / 2**30:.1f} GiB RAM, " + (f"{len(gpus)} GPU(s)" if gpus else "no GPU sampled"),
         "",
-        f"verdict: {report.verdict.upper()}: stalled for data {s['stall_fraction']:.0%} of the time after warm-up "
-        f"({s['data_wait_fraction']:.0%} of all time in next())",
+        f"verdict: {report.verdict.upper()}: stalled {s['stall_fraction']:.0%} of the time after warm-up"
+        + _range(s)
+        + f"; waiting for data {s['data_wait_fraction']:.0%} of the loader's {s.get('active_s', s['wall_s']):.1f} s",
     ]
+    edge = s.get("borderline")
+    if edge:
+        lines.append(
+            f"  borderline: {edge['between'][0]} / {edge['between'][1]} (stall {edge['stall_fraction_range'][0]:.1%}"
+            f"-{edge['stall_fraction_range'][1]:.1%} over epochs or windows straddles a threshold)"
+        )
     util = s.get("gpu_util_pct")
     util_text = "n/a" if not util else f"mean {util['mean']:.0f}% p5 {util['p5']:.0f}% p95 {util['p95']:.0f}%"
     lines.append(
@@ -36,7 +43,10 @@ def render(report: Report) -> str:
         lines.append(f"  warm-up {s['warmup_s']:.2f} s; epoch starts lost {s['epoch_start_lost_s']:.2f} s")
     if report.symptoms:
         lines += ["", "symptoms:"]
-        lines += [f"  [{x.severity}] {x.id} (confidence {x.confidence:.2f}): {x.evidence}" for x in report.symptoms]
+        lines += [
+            f"  [{x.severity}] {x.id} (confidence {x.confidence:.2f}{', borderline' if x.borderline else ''}): {x.evidence}"
+            for x in report.symptoms
+        ]
     if report.suggestions:
         lines += ["", "suggestions:"]
         for g in report.suggestions:
@@ -51,3 +61,10 @@ def render(report: Report) -> str:
         lines += ["", "notes:"]
         lines += [f"  - {n}" for n in report.notes]
     return "\n".join(lines)
+
+
+def _range(s: dict[str, object]) -> str:
+    r = s.get("stall_fraction_range")
+    if not isinstance(r, list) or len(r) != 2:
+        return ""
+    return f" (range {r[0]:.0%}-{r[1]:.0%})"
