@@ -48,6 +48,9 @@ class Synthetic:
     worker_runq_s: Any = None  # per fetch, waiting for a core; None: not measured
     main_runq_cores: float | None = None  # the main process's threads waiting for a core, on average
     torch_threads: int | None = None
+    end_wait_s: float | None = None  # the final next() of each epoch; None: not recorded (older files)
+    between_epochs_s: float = 0.0  # other work between epochs (validation, checkpoints): not this loader's
+    worker_exits: Any = None  # [(worker_id, started_s, ended_s, cpu_s)] after T0: workers' whole-life totals
     gpu_util: Any = None  # function ts -> util, or None
     gpu_hz: float = 10.0
     main_cpu_pct: float | None = None
@@ -71,10 +74,13 @@ def write_synthetic(path: str, spec: Synthetic) -> int:
     ts = np.empty(n)
     starts: list[float] = []
     t = T0
+    ends: list[float] = []
     for i in range(n):
         if idx[i] == 0:
             if i:
                 t += step[i - 1]
+                ends.append(t)  # the epoch's final next() returns at once unless end_wait_s says otherwise
+                t += (spec.end_wait_s or 0.0) + spec.between_epochs_s
             starts.append(t)
             t += gap
         elif i:
@@ -130,7 +136,8 @@ def write_synthetic(path: str, spec: Synthetic) -> int:
     for e, start in enumerate(starts):
         first = e * epoch_len
         last = min(n, first + epoch_len) - 1
-        epochs.append((run_id, e, start, float(ts[last]), float(ts[first] - start), last - first + 1, "[]", None))
+        ended = float(ts[last]) + (spec.end_wait_s or 0.0)
+        epochs.append((run_id, e, start, ended, float(ts[first] - start), last - first + 1, "[]", spec.end_wait_s))
     samples: dict[str, list[Any]] = {"gpu_samples": [], "host_samples": [], "proc_samples": []}
     t_end = float(ts[-1]) if n else T0
     if spec.gpu_util is not None:
@@ -152,6 +159,7 @@ def write_synthetic(path: str, spec: Synthetic) -> int:
             samples["proc_samples"].append(
                 (run_id, float(t), 1000 + w, "worker", w, spec.worker_cpu_pct, 1 << 28, uss, None, None, None, None)
             )
+    exits = [(run_id, 1000 + w, w, T0 + a, T0 + b, cpu, None) for w, a, b, cpu in (spec.worker_exits or [])]
     store.write(
         samples,
         epochs=epochs,
@@ -165,6 +173,7 @@ def write_synthetic(path: str, spec: Synthetic) -> int:
         statements=[
             (f"INSERT INTO batches ({BATCH_FIXTURE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows),
             ("INSERT INTO worker_fetches VALUES (?,?,?,?,?,?,?,?,?)", fetches),
+            ("INSERT INTO worker_exits VALUES (?,?,?,?,?,?,?)", exits),
         ],
     )
     store.close()

@@ -27,8 +27,8 @@ def cpu_contention(
 
     Fires when the wait for a core (Linux schedstat run-queue time) is at
     least ``share`` (25%) of producing a batch while the loop stalls
-    ``min_stall`` (5%), or at least ``min_step_stretch`` of the step's
-    runnable time (its threads together). Names who competes (the workers,
+    ``min_stall`` (5%), or the step's threads' waits (per intra-op thread)
+    reach ``min_step_stretch`` (25%) of its wall time. Names who competes (the workers,
     the step's intra-op threads, other processes) and the cure the model
     measured (fewer workers, ``torch.set_num_threads``, or cheaper
     transforms); never more workers or caching.
@@ -38,8 +38,10 @@ def cpu_contention(
     load_share = facts.load_runq_s / max(facts.load_wall_s, 1e-12)
     step_runnable = facts.step_cpu_s + (facts.step_runq_s or 0.0)
     step_share = (facts.step_runq_s or 0.0) / max(step_runnable, 1e-12)
+    # the step's wall time stretched by its threads' waits (a step that mostly waits on a GPU or a sleep is not)
+    stretched = (facts.step_runq_s or 0.0) / max(1, facts.torch_threads or 1) / max(facts.step_mean_s, 1e-12)
     loading = load_share >= share and facts.steady_stall_fraction >= min_stall
-    stepping = step_share >= min_step_stretch and facts.step_runq_s is not None
+    stepping = stretched >= min_step_stretch and facts.step_runq_s is not None
     if not (loading or stepping):
         return None
     who = [f"{facts.num_workers} worker(s)" if facts.num_workers else "loading in the main process"]
@@ -62,6 +64,7 @@ def cpu_contention(
         metrics={
             "load_runq_share": round(load_share, 3),
             "step_runq_share": round(step_share, 3),
+            "step_stretch": round(stretched, 3),
             "background_cores": round(facts.background_cores, 3),
             "torch_threads": facts.torch_threads,
         },

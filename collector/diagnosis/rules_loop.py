@@ -161,7 +161,9 @@ def single_core_saturated(
     the main process uses ``busy`` of a core, or the loading thread was on a
     core or waiting for one (CPU plus run-queue time) ``pegged`` of the time it
     spent loading, or the host's busiest core reads ``core_pegged_pct`` (its
-    per-core samples, median); and the job leaves at least ``spare`` cores unused.
+    per-core samples, median; only while other processes use under ``spare``
+    cores, so the pegged core is this job's); and the job leaves at least
+    ``spare`` cores unused.
     """
     if facts.num_workers != 0 or facts.main_cpu_cores is None or facts.input_fraction < min_stall:
         return None
@@ -171,7 +173,10 @@ def single_core_saturated(
     if facts.load_runq_s is not None and facts.load_cpu_s is not None and facts.load_wall_s:
         demand = min(1.0, (facts.load_cpu_s + facts.load_runq_s) / facts.load_wall_s)
     cores = busiest_core(data)
-    core_busy = cores is not None and cores[0] >= core_pegged_pct
+    core_busy = (
+        cores is not None and cores[0] >= core_pegged_pct and facts.background_cores < spare
+    )  # ours, not others'
+
     if facts.usable_cores - job < spare:
         return None
     if facts.main_cpu_cores < busy and load_share < pegged and demand < pegged and not core_busy:

@@ -21,8 +21,9 @@ class SharedCores:
     NOTE [ Sharing the cores ]
     A thread runnable beside R runnable threads on C cores gets C / R of a
     core (R > C): the step's q threads while it runs, the k workers computing,
-    the main thread loading (with no workers), and the B cores other processes
-    keep busy. A step on q intra-op threads is worse off than that: its
+    the main thread loading (with no workers), and B, other processes' runnable
+    threads (at least the cores they keep busy; more where our own threads'
+    waits for a core say so). A step on q intra-op threads is worse off than that: its
     parallel regions end at a barrier, so it advances only while all its
     threads hold a core, and the waiting ones spin (measured on 2 cores: a
     2-thread step beside busy processes took 2.6-3x as long as a 1-thread
@@ -32,7 +33,7 @@ class SharedCores:
         step(n)   = step_blocked + step_work / q * max(1, (q + k + B) / C) ** q
         fetch(n)  = load_blocked + load_cpu * max(1, (k + s * q + B) / C)   s: share of time stepping
         k         = X * load_cpu * (stretch)                              workers computing, on average
-        cycle(n)  = max(step(n) + handoff, fetch(n) / n, (step_work + load_cpu) / (C - B))
+        cycle(n)  = max(step(n) + handoff, fetch(n) / n, (step_work + load_cpu) / C)
         cycle(0)  = step(0) + load_blocked + load_cpu * max(1, (1 + B) / C)
         epoch(n)  = batches * cycle(n) + start(n)       start: fresh workers each epoch, and the final next()
 
@@ -73,7 +74,7 @@ class SharedCores:
         b = self.background
         if n <= 0:
             return self.step_s(q, 0.0) + self.load_blocked_s + self.load_cpu_s * self._stretch(1.0 + b)
-        floor = (self.step_work_s + self.load_cpu_s) / max(self.cores - b, 0.1)
+        floor = (self.step_work_s + self.load_cpu_s) / self.cores
         y = max(self.step_s(q, 0.0) + self.handoff_s, (self.load_cpu_s + self.load_blocked_s) / n, floor)
         k = min(float(n), self.load_cpu_s / y)
         for _ in range(200):
@@ -137,7 +138,8 @@ def shared_cores(facts: Facts, handoff_s: float) -> SharedCores | None:
     k = 0.0
     if facts.num_workers > 0 and facts.cycle_s > 0:
         k = min(float(facts.num_workers), (load_cpu + load_runq) / facts.cycle_s)
-    stretch = max(1.0, (q + k + facts.background_cores) / cores) ** q
+    others = _others_runnable(facts, cores, load_cpu, load_runq, k, q * min(1.0, step_wall / max(facts.cycle_s, 1e-9)))
+    stretch = max(1.0, (q + k + others) / cores) ** q
     work = (step_wall - step_blocked) * q / stretch
     start, end = START_S + facts.load_wall_s, END_S
     if facts.num_workers > 0 and not facts.persistent_workers:
@@ -147,7 +149,7 @@ def shared_cores(facts: Facts, handoff_s: float) -> SharedCores | None:
             end = facts.end_wait_s / max(1, facts.epochs)
     return SharedCores(
         cores=cores,
-        background=facts.background_cores,
+        background=others,
         step_work_s=work,
         step_threads=q,
         step_blocked_s=step_blocked,
@@ -161,3 +163,19 @@ def shared_cores(facts: Facts, handoff_s: float) -> SharedCores | None:
         workers=facts.num_workers,
         threads=max(1, facts.torch_threads or 1),
     )
+
+
+def _others_runnable(facts: Facts, cores: float, load_cpu: float, load_runq: float, k: float, stepping: float) -> float:
+    """Other processes' runnable threads: at least their busy cores, and what the loading thread's wait implies.
+
+    A thread that ran c and waited r for a core got c / (c + r) of one, so
+    about C (c + r) / c threads were runnable beside it: others' demand, which
+    a 2 Hz busy figure understates on a loaded machine (and which more threads
+    of ours would share).
+    """
+    busy = facts.background_cores
+    if load_cpu <= 0 or load_runq <= 0:
+        return busy
+    runnable = cores * (load_cpu + load_runq) / load_cpu
+    ours = 1.0 if facts.num_workers == 0 else k + stepping
+    return max(busy, runnable - ours)
