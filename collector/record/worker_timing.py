@@ -9,7 +9,7 @@ from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import Any
 
-from collector.sample.schedstat import ThreadClock, process_totals, split
+from collector.sample.schedstat import ThreadClock, split
 from collector.writer.frames import FETCH
 
 # NOTE [ Worker timing ]
@@ -37,7 +37,8 @@ from collector.writer.frames import FETCH
 # after its loop returns): one more entry in its ring with seq = -1,
 #     (pid, worker_id, -1, -1, started_at, lifetime_s, cpu_s, runq_s)
 # cpu_s from the process's own CPU clock (every thread, ended ones too),
-# runq_s summed over its threads' schedstat. The writer stores it in
+# runq_s its main thread's schedstat (one pread: the epoch's final next()
+# waits for this exit, and reading every thread's file cost it 8 ms). The writer stores it in
 # worker_exits. A worker killed instead of exiting sends none.
 #
 # NOTE [ Timing rings ]
@@ -137,13 +138,21 @@ def _report_at_exit(rings: TimingRings, worker_id: int) -> None:
         t0 = time.perf_counter()
         pid = os.getpid()
 
+        clock = _worker_clock()
+
         def report() -> None:
-            totals = process_totals(pid)
-            runq = float("nan") if totals is None else totals[1]
-            cpu = time.process_time()  # every thread of the process's life, ended ones included
-            rings.write(
-                worker_id, (float(pid), float(worker_id), -1.0, -1.0, started_at, time.perf_counter() - t0, cpu, runq)
-            )
+            # Cheap on purpose: the epoch's final next() waits for this exit (reading every thread's
+            # schedstat here cost it 8 ms). The CPU clock covers every thread of the process's life;
+            # the run-queue wait is its main thread's, the one that fetches.
+            try:
+                raw = clock.raw()
+                runq = float("nan") if raw is None else (split(raw)[1] or 0) / 1e9
+                life = time.perf_counter() - t0
+                rings.write(
+                    worker_id, (float(pid), float(worker_id), -1.0, -1.0, started_at, life, time.process_time(), runq)
+                )
+            except Exception:  # noqa: BLE001 - totals are optional; the worker's exit is not
+                pass
 
         util.Finalize(None, report, exitpriority=100)
     except Exception:  # noqa: BLE001 - totals are optional; the worker is not
