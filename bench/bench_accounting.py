@@ -106,18 +106,19 @@ def main() -> None:
     for (case, workers), got in rows.items():
         cpu_s, sleep_s, _ = CASES[case]
 
-        def med(key: str) -> float:
-            vals = [g[key] for g in got if g[key] is not None]
-            return statistics.median(vals) if vals else float("nan")
-
-        wall, cpu, runq, blocked = med("wall_s"), med("cpu_s"), med("runq_s"), med("blocked_s")
+        wall, cpu, runq, blocked = (_median(got, key) for key in ("wall_s", "cpu_s", "runq_s", "blocked_s"))
         io_fired = sum("io_bound_fetch" in g["ids"] for g in got)
         cc_fired = sum("cpu_contention" in g["ids"] for g in got)
         print(
             f"| {case} | {workers} | {16 * cpu_s * 1000:.1f} / {16 * sleep_s * 1000:.1f} ms | {wall * 1000:.1f} ms | "
             f"{cpu * 1000:.1f} ms | {runq * 1000:.1f} ms | {blocked * 1000:.1f} ms | {(wall - cpu) / wall:.0%} | "
-            f"{blocked / wall:.0%} | {io_fired}/{len(got)} | {cc_fired}/{len(got)} | {med('others'):.2f} |"
+            f"{blocked / wall:.0%} | {io_fired}/{len(got)} | {cc_fired}/{len(got)} | {_median(got, 'others'):.2f} |"
         )
+
+
+def _median(rows: list[dict], key: str) -> float:
+    vals = [r[key] for r in rows if r[key] is not None]
+    return statistics.median(vals) if vals else float("nan")
 
 
 if __name__ == "__main__":
