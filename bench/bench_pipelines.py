@@ -12,8 +12,9 @@ rotated every round, so background load spreads over all of them. Each run's
 measured speed is its median train-epoch time (the epoch's iter(), every
 next() and its step, the final next() included; the first epoch left out as
 warm-up); speed-ups are medians over rounds against the same transform at the
-baseline. Each baseline run of a round is diagnosed: its suggestion and the
-predicted speed-up are set against the measured one of the suggested setting.
+baseline. Each baseline run of a round is diagnosed, and its suggestion
+(num_workers, and torch.set_num_threads where suggested) is run right after
+it: the predicted speed-up against the measured ratio of that pair.
 ``hog``: one busy process per ``--hog-procs`` (default 1: half of a 2-core
 machine), started before the round and stopped after it.
 """
@@ -44,6 +45,8 @@ def child(args: argparse.Namespace) -> None:
     import collector
 
     torch.manual_seed(0)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     data = JpegFolder(args.data, args.transform)
     n_val = len(data) // 5
     train_set, val_set = torch.utils.data.random_split(data, [len(data) - n_val, n_val])
@@ -84,9 +87,11 @@ def child(args: argparse.Namespace) -> None:
     print(json.dumps({"epoch_s": epoch_s, "wait_s": wait_s}), flush=True)
 
 
-def run_one(data: str, transform: str, workers: int, epochs: int, db: str, run: str) -> dict[str, list[float]]:
+def run_one(
+    data: str, transform: str, workers: int, epochs: int, db: str, run: str, threads: int = 0
+) -> dict[str, list[float]]:
     cmd = [sys.executable, __file__, "--child", str(workers), "--data", data, "--transform", transform]
-    cmd += ["--epochs", str(epochs), "--db", db, "--run", run]
+    cmd += ["--epochs", str(epochs), "--db", db, "--run", run, "--threads", str(threads)]
     out = subprocess.run(
         cmd, capture_output=True, text=True, check=True, env={**os.environ, "PYTHONWARNINGS": "ignore"}
     )
@@ -112,6 +117,7 @@ def main() -> None:
     parser.add_argument("--transform", default="light", help=argparse.SUPPRESS)
     parser.add_argument("--db", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--run", default="train", help=argparse.SUPPRESS)
+    parser.add_argument("--threads", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:
         child(args)
@@ -129,7 +135,7 @@ def main() -> None:
           f"{args.epochs} epochs a run, {args.rounds} rounds")  # fmt: skip
     for condition in args.conditions.split(","):
         times: dict[tuple[str, int], list[float]] = {}
-        advice: dict[tuple[str, int], list[tuple[str, float | None, str]]] = {}
+        advice: dict[tuple[str, int], list[tuple[str, float | None, float | None, str]]] = {}
         loads = []
         for rnd in range(args.rounds):
             hogs = [
