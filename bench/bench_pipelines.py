@@ -152,13 +152,18 @@ def main() -> None:
                     loads.append(os.getloadavg()[0])
                     if workers in baselines:
                         report = diagnose(db, run="train")
-                        change = [s for s in report.suggestions if s.parameter == "num_workers"]
-                        suggested = change[0].suggested if change else workers
-                        gain = change[0].expected_speedup if change else None
-                        notes = "; ".join(n[:90] for n in report.notes if "help" in n or "busy" in n)
-                        symptoms = ",".join(s.id for s in report.symptoms)
+                        n = next((g.suggested for g in report.suggestions if g.parameter == "num_workers"), workers)
+                        t = next((g.suggested for g in report.suggestions if g.parameter == "torch.set_num_threads"), 0)
+                        gain = next((g.expected_speedup for g in report.suggestions if g.expected_speedup), None)
+                        notes = "; ".join(x[:60] for x in report.notes if "help" in x or "busy" in x)
+                        symptoms = ",".join(x.id for x in report.symptoms)
+                        measured = None
+                        if (n, t) != (workers, 0):  # the suggestion, measured right after its baseline
+                            follow = run_one(data, transform, n, args.epochs, db + ".after", "train", threads=t)
+                            measured = steady(out["epoch_s"]) / steady(follow["epoch_s"])
+                        label = f"{n}" + (f", {t} thread(s)" if t else "")
                         advice.setdefault((transform, workers), []).append(
-                            (f"{suggested}", gain, f"{symptoms} {notes}")
+                            (label, gain, measured, f"{symptoms} {notes}")
                         )
             finally:
                 for hog in hogs:
@@ -175,16 +180,14 @@ def main() -> None:
                 ratio = "" if base is None else f"{base / statistics.median(v):.2f}x"
                 print(f"| {transform} | {w} | {statistics.median(v):.2f} ({min(v):.2f}-{max(v):.2f}) | {ratio} |")
         print(
-            "\n| transform | from | suggested (each round) | predicted | measured (median of rounds) | symptoms, notes |"
+            "\n| transform | from | suggested (each round) | predicted | measured, paired run right after | symptoms, notes |"
         )
         print("|---|---|---|---|---|---|")
         for (transform, workers), rows in advice.items():
-            base = statistics.median(times[(transform, workers)])
-            for suggested, gain, notes in rows:
-                n = int(suggested)
-                measured = base / statistics.median(times[(transform, n)]) if (transform, n) in times else float("nan")
+            for label, gain, measured, notes in rows:
                 pred = "-" if gain is None else f"{gain:.2f}x"
-                print(f"| {transform} | {workers} | {suggested} | {pred} | {measured:.2f}x | {notes} |")
+                got = "-" if measured is None else f"{measured:.2f}x"
+                print(f"| {transform} | {workers} | {label} | {pred} | {got} | {notes} |")
 
 
 if __name__ == "__main__":

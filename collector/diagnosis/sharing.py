@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from collector.diagnosis.model import SPARE_CPU_WORKERS
 from collector.diagnosis.stats import Facts
 
 START_S = 0.10  # a fresh worker's start (fork, init, its first batch not yet prefetched) beyond one batch's load
@@ -100,7 +101,13 @@ class SharedCores:
     def best(self, max_workers: int) -> tuple[int, int]:
         """(num_workers, intra-op threads): the fewest workers and least change within CLOSE of the best."""
         threads = [self.threads] + [t for t in range(self.threads - 1, 0, -1) if self.step_threads > 1.2]
-        ns = range(0, max(1, min(max_workers, MAX_CANDIDATE_WORKERS)) + 1)
+        top_n = min(max_workers, MAX_CANDIDATE_WORKERS)
+        if self.load_cpu_s >= self.load_blocked_s:
+            # CPU-bound loading: one worker per core and a spare (NOTE [ Spare CPU worker ]); beyond that
+            # more workers only take a larger share of the cores from other processes, which the model
+            # would count as a gain and the machine's other users as a loss.
+            top_n = min(top_n, math.ceil(self.cores - 1e-9) + SPARE_CPU_WORKERS)
+        ns = range(0, max(1, top_n) + 1)
         scores = {(n, t): self.speedup(n, t) for n in ns for t in threads}
         top = max(scores.values())
         recorded = scores.get((self.workers, self.threads), 0.0)
