@@ -49,7 +49,7 @@ class SharedCores:
     """
 
     cores: float
-    background: float
+    background: float  # B: other processes' runnable threads
     step_work_s: float  # the step's CPU work, uncontended (intra-op threads together)
     step_threads: float  # q: the step's runnable threads while it runs
     step_blocked_s: float
@@ -62,6 +62,7 @@ class SharedCores:
     persistent: bool
     workers: int  # as recorded
     threads: int  # torch intra-op threads as recorded
+    others_busy: float = 0.0  # the cores other processes kept busy (B counts their runnable threads)
 
     def _stretch(self, runnable: float) -> float:
         return max(1.0, runnable / self.cores)
@@ -123,7 +124,7 @@ class SharedCores:
     def busy(self) -> bool:
         """Every core busy: the job's CPU at its recorded speed and other processes' fill the machine."""
         y = self.cycle(self.workers, self.threads)
-        return (self.step_work_s + self.load_cpu_s) / max(y, 1e-9) + self.background >= self.cores - 0.25
+        return (self.step_work_s + self.load_cpu_s) / max(y, 1e-9) + self.others_busy >= self.cores - 0.25
 
 
 def shared_cores(facts: Facts, handoff_s: float) -> SharedCores | None:
@@ -169,6 +170,7 @@ def shared_cores(facts: Facts, handoff_s: float) -> SharedCores | None:
         persistent=facts.persistent_workers,
         workers=facts.num_workers,
         threads=max(1, facts.torch_threads or 1),
+        others_busy=facts.background_cores,
     )
 
 

@@ -193,7 +193,8 @@ def shared_advice(
         why = (
             f"measured: a batch takes {ms(shared.load_cpu_s)} of CPU and {ms(shared.load_blocked_s)} blocked to "
             f"produce; the step {ms(shared.step_work_s)} of CPU on {shared.step_threads:.1f} threads; other "
-            f"processes keep {shared.background:.1f} of the {shared.cores:.0f} cores busy. Sharing the cores, "
+            f"processes keep {shared.others_busy:.1f} of the {shared.cores:.0f} cores busy ({shared.background:.1f} "
+            "threads runnable). Sharing the cores, "
             f"a batch takes {ms(step_now)} now and {ms(step_then)} with this change"
         )
         if shared.epoch_batches < 200 and not facts.persistent_workers and n > 0:
@@ -213,7 +214,7 @@ def shared_advice(
             notes.append(
                 f"Nothing here will help: all {shared.cores:.0f} cores are busy (this job's step "
                 f"{ms(shared.step_work_s)} and loading {ms(shared.load_cpu_s)} of CPU a batch, other processes "
-                f"{shared.background:.1f} cores); no num_workers or thread count buys {min_speedup - 1:.0%}. "
+                f"{shared.others_busy:.1f} cores); no num_workers or thread count buys {min_speedup - 1:.0%}. "
                 "What would: " + "; ".join(REMEDIES) + "."
             )
         else:
