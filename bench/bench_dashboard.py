@@ -90,7 +90,16 @@ def build_synthetic(path: str, batches: int = 1_000_000, gpu_seconds: float = 36
                 for i, rq, rt, r in zip(n, t_request, t_return, ready, strict=True)
             ]
             fetch_rows = [
-                (1000 + int(i % WORKERS), int(i % WORKERS), 0, int(i // WORKERS), t0 + rt / 1e9 - 0.02, 0.015, 0.012)
+                (
+                    1000 + int(i % WORKERS),
+                    int(i % WORKERS),
+                    0,
+                    int(i // WORKERS),
+                    t0 + rt / 1e9 - 0.02,
+                    0.015,
+                    0.012,
+                    None,
+                )
                 for i, rt in zip(n, t_return, strict=True)
             ]
             store.write({}, statements=[(insert, rows), (fetch_insert_sql(run_id), fetch_rows)])

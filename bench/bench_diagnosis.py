@@ -174,14 +174,14 @@ def speed(batches: int = 1_000_000) -> None:
             ),
         )  # fmt: skip
         conn.executemany(
-            "INSERT INTO worker_fetches VALUES (?,?,?,?,?,?,?,?)",
+            "INSERT INTO worker_fetches VALUES (?,?,?,?,?,?,?,?,NULL)",
             (
                 (run_id, 100 + i % 4, i % 4, i // epoch_len, (i % epoch_len) // 4, float(ts[i]) - 0.05, 0.03, 0.002)
                 for i in range(batches)
             ),
         )
         conn.executemany(
-            "INSERT INTO epochs VALUES (?,?,?,?,?,?,?)",
+            "INSERT INTO epochs VALUES (?,?,?,?,?,?,?,NULL)",
             [
                 (run_id, e, float(ts[e * epoch_len] - 0.1), float(ts[(e + 1) * epoch_len - 1]), 0.1, epoch_len, "[]")
                 for e in range(batches // epoch_len)

@@ -47,7 +47,7 @@ BATCH_SQL = (
     "INSERT INTO batches (run_id, epoch, idx, ts, wait_s, step_s, ready, in_flight, worker_id, worker_pid,"
     " worker_incarnation, worker_seq) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
 )
-FETCH_SQL = "INSERT INTO worker_fetches VALUES (?,?,?,?,?,?,?,?)"
+FETCH_SQL = "INSERT INTO worker_fetches VALUES (?,?,?,?,?,?,?,?,NULL)"
 
 
 def rows_for(

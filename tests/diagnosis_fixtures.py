@@ -22,7 +22,7 @@ T0 = 1_700_000_000.0
 # the columns these fixtures fill (load_cpu_s, added later, stays NULL)
 BATCH_FIXTURE_COLUMNS = (
     "run_id, epoch, idx, ts, wait_s, step_s, ready, in_flight, worker_id, worker_pid,"
-    " worker_incarnation, worker_seq, samples, nbytes, pinned, gpu_idle_s, load_cpu_s"
+    " worker_incarnation, worker_seq, samples, nbytes, pinned, gpu_idle_s, load_cpu_s, load_runq_s"
 )
 
 
@@ -44,6 +44,13 @@ class Synthetic:
     nbytes: int | None = 1 << 20
     gpu_idle_s: Any = None
     load_cpu_s: Any = None  # CPU inside next() (num_workers=0); None: not sampled
+    load_runq_s: Any = None  # the training thread's wait for a core inside next(); None: not measured
+    worker_runq_s: Any = None  # per fetch, waiting for a core; None: not measured
+    main_runq_cores: float | None = None  # the main process's threads waiting for a core, on average
+    torch_threads: int | None = None
+    end_wait_s: float | None = None  # the final next() of each epoch; None: not recorded (older files)
+    between_epochs_s: float = 0.0  # other work between epochs (validation, checkpoints): not this loader's
+    worker_exits: Any = None  # [(worker_id, started_s, ended_s, cpu_s)] after T0: workers' whole-life totals
     gpu_util: Any = None  # function ts -> util, or None
     gpu_hz: float = 10.0
     main_cpu_pct: float | None = None
@@ -72,10 +79,13 @@ def write_synthetic(path: str, spec: Synthetic) -> int:
     ts = np.empty(n)
     starts: list[float] = []
     t = T0
+    ends: list[float] = []
     for i in range(n):
         if idx[i] == 0:
             if i:
                 t += step[i - 1]
+                ends.append(t)  # the epoch's final next() returns at once unless end_wait_s says otherwise
+                t += (spec.end_wait_s or 0.0) + spec.between_epochs_s
             starts.append(t)
             t += gap
         elif i:
@@ -120,17 +130,22 @@ def write_synthetic(path: str, spec: Synthetic) -> int:
                 None if idx[i] == 0 else float(step[i]), col(spec.ready, i), None, w, pid,
                 None if w is None else 0, None if w is None else seq, spec.config.get("batch_size"),
                 spec.nbytes, col(spec.pinned, i), col(spec.gpu_idle_s, i), col(spec.load_cpu_s, i),
+                col(spec.load_runq_s, i),
             )
         )  # fmt: skip
         if spec.worker_wall_s is not None and pid is not None:
             fetches.append(
-                (run_id, pid, w, 0, seq, float(ts[i]) - 0.1, col(spec.worker_wall_s, i), col(spec.worker_cpu_s, i))
-            )
+                (
+                    run_id, pid, w, 0, seq, float(ts[i]) - 0.1, col(spec.worker_wall_s, i),
+                    col(spec.worker_cpu_s, i), col(spec.worker_runq_s, i),
+                )
+            )  # fmt: skip
     epochs = []
     for e, start in enumerate(starts):
         first = e * epoch_len
         last = min(n, first + epoch_len) - 1
-        epochs.append((run_id, e, start, float(ts[last]), float(ts[first] - start), last - first + 1, "[]"))
+        ended = float(ts[last]) + (spec.end_wait_s or 0.0)
+        epochs.append((run_id, e, start, ended, float(ts[first] - start), last - first + 1, "[]", spec.end_wait_s))
     samples: dict[str, list[Any]] = {"gpu_samples": [], "host_samples": [], "proc_samples": []}
     t_end = float(ts[-1]) if n else T0
     if spec.gpu_util is not None:
@@ -142,12 +157,17 @@ def write_synthetic(path: str, spec: Synthetic) -> int:
         mem = None if spec.mem_available is None else int(spec.mem_available(frac))
         samples["host_samples"].append((run_id, float(t), spec.host_cpu_pct, per_core, mem, None))
         if spec.main_cpu_pct is not None:
-            samples["proc_samples"].append((run_id, float(t), 1, "main", None, spec.main_cpu_pct, 1 << 28, None, None))
+            cpu_s = spec.main_cpu_pct / 100.0 * (t - T0)
+            runq_s = None if spec.main_runq_cores is None else spec.main_runq_cores * (t - T0)
+            samples["proc_samples"].append(
+                (run_id, float(t), 1, "main", None, spec.main_cpu_pct, 1 << 28, None, None, cpu_s, runq_s, None)
+            )
         for w in range(workers if spec.worker_cpu_pct is not None or spec.worker_uss else 0):
             uss = None if spec.worker_uss is None else int(spec.worker_uss(frac))
             samples["proc_samples"].append(
-                (run_id, float(t), 1000 + w, "worker", w, spec.worker_cpu_pct, 1 << 28, uss, None)
+                (run_id, float(t), 1000 + w, "worker", w, spec.worker_cpu_pct, 1 << 28, uss, None, None, None, None)
             )
+    exits = [(run_id, 1000 + w, w, T0 + a, T0 + b, cpu, None) for w, a, b, cpu in (spec.worker_exits or [])]
     store.write(
         samples,
         epochs=epochs,
@@ -155,11 +175,13 @@ def write_synthetic(path: str, spec: Synthetic) -> int:
             "status": spec.status,
             "heartbeat_at": heartbeat,
             "ended_at": None if spec.status == "running" else t_end,
+            "torch_threads": spec.torch_threads,
         },
         run_id=run_id,
         statements=[
-            (f"INSERT INTO batches ({BATCH_FIXTURE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows),
-            ("INSERT INTO worker_fetches VALUES (?,?,?,?,?,?,?,?)", fetches),
+            (f"INSERT INTO batches ({BATCH_FIXTURE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows),
+            ("INSERT INTO worker_fetches VALUES (?,?,?,?,?,?,?,?,?)", fetches),
+            ("INSERT INTO worker_exits VALUES (?,?,?,?,?,?,?)", exits),
         ],
     )
     store.close()

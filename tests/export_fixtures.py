@@ -49,7 +49,7 @@ class FakeRun:
             self.idx += 1
         with self.store.transaction() as conn:
             conn.executemany(BATCH_SQL, rows)
-            conn.executemany("INSERT INTO worker_fetches VALUES (?,?,?,?,?,?,?,?)", fetches)
+            conn.executemany("INSERT INTO worker_fetches VALUES (?,?,?,?,?,?,?,?,NULL)", fetches)
             conn.execute("UPDATE runs SET heartbeat_at = ? WHERE id = ?", (self.ts, self.run_id))
         return self
 
@@ -59,7 +59,7 @@ class FakeRun:
         self.idx = 0
         with self.store.transaction() as conn:
             conn.execute(
-                "INSERT OR REPLACE INTO epochs VALUES (?, ?, ?, NULL, ?, NULL, '[]')",
+                "INSERT OR REPLACE INTO epochs VALUES (?, ?, ?, NULL, ?, NULL, '[]', NULL)",
                 (self.run_id, self.epoch, started_at, first_batch_s),
             )
         return self

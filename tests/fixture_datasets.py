@@ -35,3 +35,27 @@ class FailingDataset(SlowDataset):
         if index == self.bad_index:
             raise ValueError(f"corrupt sample {index}")
         return super().__getitem__(index)
+
+
+class HelperThreadDataset(Dataset[torch.Tensor]):
+    """Each sample's CPU work runs on a helper thread while the calling thread waits (as torch's intra-op threads do)."""
+
+    def __init__(self, length: int, cpu_s: float) -> None:
+        self.length = length
+        self.cpu_s = cpu_s
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        import threading
+
+        def burn() -> None:
+            end = time.thread_time() + self.cpu_s
+            while time.thread_time() < end:
+                pass
+
+        helper = threading.Thread(target=burn)
+        helper.start()
+        helper.join()
+        return torch.tensor([float(index)])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -15,8 +17,8 @@ from collector.diagnosis.stats import measure
 
 SECONDS = 3.0
 NOMINAL_STEP_S = 0.010  # record()'s step: a 10 ms sleep and a tiny CPU model
-BUSY_STEP_S = 2.5 * NOMINAL_STEP_S  # a slower median step means other work held the CPU
-ATTEMPTS = 3
+ATTEMPTS = 4
+QUIET_WAIT_S = 30.0
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")
 
 # name -> (dataset factory, loader kwargs, verdicts allowed, symptoms required, symptoms forbidden)
@@ -73,92 +75,123 @@ SCENARIOS: dict[str, tuple[Any, dict[str, Any], set[str], set[str], set[str]]] =
 }
 
 
-@pytest.fixture(scope="module")
-def recorded(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], str]:
-    """Each scenario recorded once per module, on first use: its file path."""
-    paths: dict[str, str] = {}
+Check = Callable[[str], None]  # raises AssertionError with the detail when the recording does not show it
 
-    def get(name: str) -> str:
-        if name not in paths:
-            make, kwargs, *_ = SCENARIOS[name]
-            for _ in range(ATTEMPTS):  # see NOTE [ Shared cores ]
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, Check], None]:
+    """Run ``check`` on a recording of the scenario; record again on a busy machine, then fail (NOTE [ Shared cores ])."""
+    paths: dict[str, list[str]] = {}
+
+    def run(name: str, check: Check) -> None:
+        make, kwargs, *_ = SCENARIOS[name]
+        tried = paths.setdefault(name, [])
+        failures: list[str] = []
+        for attempt in range(ATTEMPTS):
+            if attempt >= len(tried):
+                if attempt:
+                    wait_for_quiet()
                 path = str(tmp_path_factory.mktemp("scenario") / "run.sqlite")
                 record(path, make(), SECONDS, name=name, **kwargs)
-                if not contended(path):
-                    break
-            paths[name] = path
-        return paths[name]
+                tried.append(path)
+            try:
+                check(tried[attempt])
+                return
+            except AssertionError as exc:
+                failures.append(f"try {attempt + 1} ({machine(tried[attempt])}): {exc}")
+        pytest.fail(f"{name!r} did not show its diagnosis in {ATTEMPTS} recordings:\n" + "\n".join(failures))
 
-    return get
+    return run
 
 
 # NOTE [ Shared cores ]
-# These runs share 2 cores with whatever else the machine does. Another job
-# stretches every step and fetch (a 10 ms step reads 50-80 ms), and then
-# CPU-bound loading is honestly indistinguishable from waiting on storage,
-# and "one core busy while the others idle" is honestly false. A run recorded
-# under such load is recorded again; if the load persists, the test is
-# skipped with the measured figures rather than asserting on a different machine.
+# These runs share 2 cores with whatever else the machine does. The
+# diagnosis is meant to be right there too (waiting for a core is measured,
+# not read as storage), but a burst of other work can still move a number
+# across a threshold. So a scenario that does not show its diagnosis is
+# recorded again, after waiting up to QUIET_WAIT_S for the load to drop, at
+# most ATTEMPTS times; then the test fails, with each try's verdict and the
+# machine's load. It never skips: a green run means the diagnosis held.
 
 
-def contended(path: str) -> str | None:
-    """Why this run does not show the machine alone (see NOTE [ Shared cores ]), or None.
-
-    Besides other processes, the test process itself may run threads left by
-    earlier in-process tests (Streamlit's AppTest), which the main process's
-    CPU then shows as more than one core.
-    """
-    report = diagnose(path)
-    main_cpu = measure(load_run(path)).main_cpu_cores or 0.0
-    if report.summary["step_s"]["p50"] > BUSY_STEP_S:
-        return f"step p50 {report.summary['step_s']['p50']:.3f} s"
-    if any(n.startswith("Other processes kept") for n in report.notes):
-        return "other processes' load noted"
-    if main_cpu > 1.1:
-        return f"the test process used {main_cpu:.2f} cores"
-    return None
+def wait_for_quiet(timeout_s: float = QUIET_WAIT_S) -> None:
+    """Wait until the 1-minute load average is under the core count, or ``timeout_s`` passes."""
+    deadline = time.monotonic() + timeout_s
+    cores = os.cpu_count() or 1
+    while time.monotonic() < deadline and os.getloadavg()[0] >= cores:
+        time.sleep(1.0)
 
 
-def skip_if_contended(path: str) -> None:
-    why = contended(path)
-    if why:
-        pytest.skip(f"machine busy with other work in {ATTEMPTS} tries: {why}")
+def machine(path: str) -> str:
+    """The load a recording saw: the load average now, other processes' cores and the step's stretch then."""
+    facts = measure(load_run(path))
+    return (
+        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores, other processes "
+        f"{facts.background_cores:.1f} cores, step p50 {facts.step_p50_s * 1000:.0f} ms for a "
+        f"{NOMINAL_STEP_S * 1000:.0f} ms step"
+    )
 
 
 @pytest.mark.parametrize("name", list(SCENARIOS), ids=list(SCENARIOS))
-def test_real_loader_scenario(recorded: Callable[[str], str], name: str) -> None:
+def test_real_loader_scenario(recorded: Callable[[str, Check], None], name: str) -> None:
     _, _, verdicts, required, forbidden = SCENARIOS[name]
-    skip_if_contended(recorded(name))
-    report = diagnose(recorded(name))
-    ids = {s.id for s in report.symptoms}
-    detail = f"{report.verdict} {sorted(ids)} {report.summary}"
-    assert report.verdict in verdicts, detail
-    assert required <= ids, detail
-    assert not (forbidden & ids), detail
+
+    def check(path: str) -> None:
+        report = diagnose(path)
+        ids = {s.id for s in report.symptoms}
+        detail = f"{report.verdict} {sorted(ids)} stall {report.summary['stall_fraction']:.3f}"
+        assert report.verdict in verdicts or _borderline_into(report, verdicts), detail
+        assert required <= ids, detail
+        assert not (forbidden & ids), detail
+
+    recorded(name, check)
 
 
-def test_healthy_real_run_gets_no_suggestion(recorded: Callable[[str], str]) -> None:
-    skip_if_contended(recorded("healthy"))
-    report = diagnose(recorded("healthy"))
-    assert report.suggestions == ()
-    assert any(n.startswith("Not starved") for n in report.notes)
+def _borderline_into(report: Any, verdicts: set[str]) -> bool:
+    """A borderline verdict whose other side is an allowed one (NOTE [ Stable answers ])."""
+    edge = report.summary.get("borderline")
+    return bool(edge) and bool(set(edge["between"]) & verdicts)
+
+
+def test_healthy_real_run_gets_no_suggestion(recorded: Callable[[str, Check], None]) -> None:
+    def check(path: str) -> None:
+        report = diagnose(path)
+        assert report.suggestions == (), report.suggestions
+        assert any(n.startswith("Not starved") for n in report.notes) or report.summary["borderline"], report.notes
+
+    recorded("healthy", check)
 
 
 @pytest.mark.parametrize(
     ("name", "expected"),
     [("slow storage, no workers", range(2, 9)), ("cpu decoding, no workers", range(2, 4))],
 )
-def test_suggested_workers_respect_io_versus_cpu(recorded: Callable[[str], str], name: str, expected: range) -> None:
-    """I/O-bound loading may use many more workers than the 2 cores; CPU-bound at most one spare beyond them."""
-    skip_if_contended(recorded(name))
-    (s,) = [s for s in diagnose(recorded(name)).suggestions if s.parameter == "num_workers"]
-    assert s.suggested in expected
-    assert s.expected_speedup is not None and s.expected_speedup > 1.3
-    assert s.rule_of_thumb == min(2, 2 * 16)
+def test_suggested_workers_respect_io_versus_cpu(
+    recorded: Callable[[str, Check], None], name: str, expected: range
+) -> None:
+    """I/O-bound loading may use many more workers than the 2 cores; CPU-bound at most one spare beyond them.
+
+    On a machine other processes keep busy, CPU-bound workers beyond that take a larger share of the cores
+    from them (NOTE [ Sharing the cores ]): one more is allowed there.
+    """
+
+    def check(path: str) -> None:
+        found = [s for s in diagnose(path).suggestions if s.parameter == "num_workers"]
+        assert len(found) == 1, found
+        (s,) = found
+        busy = measure(load_run(path)).background_cores >= 0.5
+        assert s.suggested in expected or (busy and s.suggested == expected.stop), s
+        assert s.expected_speedup is not None and s.expected_speedup > 1.3, s
+        assert s.rule_of_thumb == min(2, 2 * 16)
+
+    recorded(name, check)
 
 
-def test_pageable_memory_never_fires_on_cpu(recorded: Callable[[str], str]) -> None:
-    for name in ("slow storage, no workers", "healthy"):
-        report = diagnose(recorded(name))
+def test_pageable_memory_never_fires_on_cpu(recorded: Callable[[str, Check], None]) -> None:
+    def check(path: str) -> None:
+        report = diagnose(path)
         assert "pageable_memory" not in {s.id for s in report.symptoms}
         assert "pin_memory" not in {s.parameter for s in report.suggestions}
+
+    for name in ("slow storage, no workers", "healthy"):
+        recorded(name, check)

@@ -13,15 +13,37 @@ from collector.store.schema import MIGRATIONS, RUN_DEFAULTS, SCHEMA_VERSION
 RUN = dict(config={}, host={}, versions={}, hostname="h", pid=1, command="train.py", rank=None, world_size=None)
 
 
-def make_version_1_file(path: str) -> None:
+# what schema 3 added outside the runs table: (table, column), and a new table
+V3_COLUMNS = [
+    ("epochs", "end_wait_s"),
+    ("batches", "load_runq_s"),
+    ("worker_fetches", "runq_s"),
+    ("proc_samples", "cpu_s"),
+    ("proc_samples", "runq_s"),
+    ("proc_samples", "threads"),
+]
+
+
+def make_old_file(path: str, version: int) -> None:
+    """A file as stallwatch ``version`` (1 or 2) wrote it: this schema less what later versions added."""
     store = Store(path)
     store.create_run("old", **RUN)
     store.close()
     conn = sqlite3.connect(path, isolation_level=None)
-    for column in RUN_DEFAULTS:
+    dropped = [
+        s.split()[5] for v in range(version + 1, SCHEMA_VERSION + 1) for s in MIGRATIONS[v] if "runs" in s.split()[:3]
+    ]
+    for column in dropped:
         conn.execute(f"ALTER TABLE runs DROP COLUMN {column}")
-    conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    for table, column in V3_COLUMNS:
+        conn.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+    conn.execute("DROP TABLE worker_exits")
+    conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(version),))
     conn.close()
+
+
+def make_version_1_file(path: str) -> None:
+    make_old_file(path, 1)
 
 
 def schema_version(path: str) -> int:
@@ -30,8 +52,27 @@ def schema_version(path: str) -> int:
 
 
 def test_every_column_added_since_version_1_has_a_default_for_readers():
-    added = {statement.split()[5] for statement in MIGRATIONS[2]}
-    assert added == set(RUN_DEFAULTS) and SCHEMA_VERSION == 2
+    added = {s.split()[5] for v in (2, 3) for s in MIGRATIONS[v] if s.startswith("ALTER TABLE runs")}
+    assert added == set(RUN_DEFAULTS) and SCHEMA_VERSION == 3
+    other = {(s.split()[2], s.split()[5]) for s in MIGRATIONS[3] if s.startswith("ALTER") and "runs" not in s}
+    assert other == set(V3_COLUMNS)
+
+
+def test_a_version_2_file_reads_without_the_time_split_and_is_migrated_by_the_next_writer(db_path):
+    make_old_file(db_path, 2)
+    reader = Reader(db_path)
+    run_id = int(reader.runs().loc[0, "id"])
+    assert reader.worker_exits(run_id).empty
+    assert "end_wait_s" in reader.epochs(run_id) and "runq_s" in reader.proc_samples(run_id)
+    assert reader.runs().loc[0, "torch_threads"] is None and schema_version(db_path) == 2
+    store = Store(db_path)
+    store.create_run("new", **RUN)
+    store.close()
+    assert schema_version(db_path) == 3
+    with sqlite3.connect(db_path) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM worker_exits").fetchone() == (0,)
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(proc_samples)")}
+    assert {"cpu_s", "runq_s", "threads"} <= columns
 
 
 def test_a_version_1_file_reads_with_defaults_and_is_left_unchanged(db_path):

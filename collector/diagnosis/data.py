@@ -24,6 +24,7 @@ class RunData:
     host: pd.DataFrame  # ts, cpu_pct, per_core_pct, mem_available_bytes
     procs: pd.DataFrame  # ts, pid, role, worker_id, cpu_pct, rss_bytes, uss_bytes
     aggregates: dict[str, Any] = field(default_factory=dict)  # batch_aggregates()
+    worker_exits: pd.DataFrame = field(default_factory=pd.DataFrame)  # each worker's whole life (schema 3)
     window: dict[str, Any] | None = None  # {"window_s": ..} or {"last_batches": ..}; None: whole run
 
     @property
@@ -86,5 +87,6 @@ def load_run(
         host=reader.host_samples(run_id, since_ts=first_ts),
         procs=reader.proc_samples(run_id, since_ts=first_ts),
         aggregates=batch_aggregates(reader, run_id, start=start),
+        worker_exits=reader.worker_exits(run_id),
         window=window,
     )

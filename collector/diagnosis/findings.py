@@ -19,6 +19,7 @@ class Symptom:
     evidence: str  # one sentence with the numbers, for people
     confidence: float  # 0..1
     metrics: dict[str, Any] = field(default_factory=dict)  # the numbers behind the evidence
+    borderline: bool = False  # its measured range straddles its threshold: NOTE [ Stable answers ]
 
 
 @dataclass(frozen=True)

@@ -170,6 +170,8 @@ def build_model(
         taken = (facts.main_cpu_cores or 0.0) + facts.background_cores
         stretch = max(1.0, facts.fetch_concurrency / max(0.5, free - taken))
     load_io = max(0.0, facts.load_wall_s - load_cpu * stretch)
+    if facts.load_blocked_s is not None:  # measured: the wait for a core is not I/O (NOTE [ Where the time goes ])
+        load_io = facts.load_blocked_s
     handoff = facts.handoff_s if facts.num_workers > 0 and facts.handoff_s > 0 else default_handoff_s
     max_workers = MAX_WORKERS
     if facts.mem_available_min_bytes:

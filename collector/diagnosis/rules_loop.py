@@ -6,6 +6,7 @@ import numpy as np
 
 from collector.diagnosis.data import RunData
 from collector.diagnosis.findings import Severity, Symptom
+from collector.diagnosis.rules_cpu import busiest_core
 from collector.diagnosis.stats import Facts, steady_batches
 from collector.diagnosis.units import ms
 
@@ -41,17 +42,25 @@ def input_bound(
     if facts.input_fraction < threshold or share < sustained:
         return None
     fraction = facts.input_fraction
+    lo, hi = facts.input_range
     severity: Severity = "high" if fraction >= high else ("medium" if fraction >= 2 * threshold else "low")
     return Symptom(
         id="input_bound",
         severity=severity,
         evidence=(
             f"{fraction:.0%} of the time after warm-up went to waiting for data "
-            f"({facts.input_wait_s:.1f} s of {facts.wall_s - facts.warmup_s:.1f} s); a steady batch waits "
+            f"({facts.input_wait_s:.1f} s of {facts.active_s - facts.warmup_s:.1f} s; range {lo:.0%}-{hi:.0%} over "
+            f"epochs or windows); a steady batch waits "
             f"{ms(facts.wait_p50_s)} (p50, p95 {ms(facts.wait_p95_s)}) for a {ms(facts.step_p50_s)} step"
         ),
-        confidence=round(min(1.0, share * min(1.0, facts.steady_batches / 100)), 2),
-        metrics={"stall_fraction": round(fraction, 4), "lost_s": round(facts.input_wait_s, 3), "sustained": share},
+        confidence=round(min(1.0, share * min(1.0, facts.steady_batches / 100)) * (0.6 if lo < threshold else 1.0), 2),
+        metrics={
+            "stall_fraction": round(fraction, 4),
+            "range": [round(lo, 4), round(hi, 4)],
+            "lost_s": round(facts.input_wait_s, 3),
+            "sustained": share,
+        },
+        borderline=lo < threshold,
     )
 
 
@@ -134,39 +143,60 @@ def _sawtooth_seen(
 
 
 def single_core_saturated(
-    data: RunData, facts: Facts, *, busy: float = 0.8, pegged: float = 0.95, min_stall: float = 0.05, spare: float = 0.5
+    data: RunData,
+    facts: Facts,
+    *,
+    busy: float = 0.8,
+    pegged: float = 0.95,
+    core_pegged_pct: float = 90.0,
+    min_stall: float = 0.05,
+    spare: float = 0.5,
 ) -> Symptom | None:
     """Loading in the main process keeps one core busy while the others idle.
 
         core 0  ██████████████████   main process: step + __getitem__ + collate
         core 1  ▁▁▁▁▁▁▁▁▁▁▁▁▁▁▁▁▁▁   idle
 
-    Fires with num_workers=0 when the loop stalls ``min_stall`` of the time, the
-    main process uses ``busy`` of a core, or its CPU time covers ``pegged`` of
-    the time it spent loading (a core kept busy while loading, with a step that
-    mostly waits on the GPU), and the job leaves at least ``spare`` cores unused.
+    Fires with num_workers=0 when the loop stalls ``min_stall`` of the time, and
+    the main process uses ``busy`` of a core, or the loading thread was on a
+    core or waiting for one (CPU plus run-queue time) ``pegged`` of the time it
+    spent loading, or the host's busiest core reads ``core_pegged_pct`` (its
+    per-core samples, median; only while other processes use under ``spare``
+    cores, so the pegged core is this job's); and the job leaves at least
+    ``spare`` cores unused.
     """
     if facts.num_workers != 0 or facts.main_cpu_cores is None or facts.input_fraction < min_stall:
         return None
     job = facts.main_cpu_cores + (facts.worker_cpu_cores or 0.0)
     load_share = facts.load_cpu_upper or 0.0
-    if facts.usable_cores - job < spare or (facts.main_cpu_cores < busy and load_share < pegged):
+    demand = load_share
+    if facts.load_runq_s is not None and facts.load_cpu_s is not None and facts.load_wall_s:
+        demand = min(1.0, (facts.load_cpu_s + facts.load_runq_s) / facts.load_wall_s)
+    cores = busiest_core(data)
+    core_busy = (
+        cores is not None and cores[0] >= core_pegged_pct and facts.background_cores < spare
+    )  # ours, not others'
+
+    if facts.usable_cores - job < spare:
         return None
-    cores = ""
-    if not data.host.empty and data.host["per_core_pct"].map(len).gt(1).any():
-        per_core = np.array([c for c in data.host["per_core_pct"] if len(c) > 1][1:] or [[0.0, 0.0]], dtype=float)
-        top = np.sort(per_core, axis=1)
-        cores = f"; busiest core {top[:, -1].mean():.0f}%, the others {top[:, :-1].mean():.0f}% on average"
+    if facts.main_cpu_cores < busy and load_share < pegged and demand < pegged and not core_busy:
+        return None
+    where = "" if cores is None else f"; busiest core {cores[0]:.0f}% (median), the others {cores[1]:.0f}% on average"
     return Symptom(
         id="single_core_saturated",
         severity="high" if facts.input_fraction >= 0.2 else "medium",
         evidence=(
             f"num_workers=0: the main process loads every batch itself at {facts.main_cpu_cores:.0%} of one core "
-            f"(up to {load_share:.0%} while loading) and leaves {facts.usable_cores - job:.1f} of "
-            f"{facts.usable_cores} usable cores unused{cores}"
+            f"(while loading, on a core or waiting for one {demand:.0%} of the time) and leaves "
+            f"{facts.usable_cores - job:.1f} of {facts.usable_cores} usable cores unused{where}"
         ),
-        confidence=0.9 if facts.main_cpu_cores >= busy else 0.6,
-        metrics={"main_cpu_cores": facts.main_cpu_cores, "load_cpu_share": round(load_share, 3)},
+        confidence=0.9 if facts.main_cpu_cores >= busy or demand >= pegged else 0.6,
+        metrics={
+            "main_cpu_cores": facts.main_cpu_cores,
+            "load_cpu_share": round(load_share, 3),
+            "load_demand_share": round(demand, 3),
+            "busiest_core_pct": None if cores is None else round(cores[0], 1),
+        },
     )
 
 
@@ -186,7 +216,7 @@ def epoch_start_stall(
     if facts.num_workers == 0 or len(lost) < 1:
         return None
     median = float(np.median(lost))
-    share = float(lost.sum()) / max(facts.wall_s - facts.warmup_s, 1e-9)
+    share = float(lost.sum()) / max(facts.active_s - facts.warmup_s, 1e-9)
     if median < min_lost_s or median < ratio * facts.cycle_s or share < min_share:
         return None
     why = "workers restart each epoch (persistent_workers=False)" if not facts.persistent_workers else ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 
 from collector.diagnosis.data import RunData
 from collector.diagnosis.findings import Symptom
@@ -13,6 +14,7 @@ from collector.diagnosis.stats import Facts, steady_batches
 from collector.diagnosis.units import ms
 
 MAX_PREFETCH = 16
+FETCH_AGREES = 1.2  # worker_imbalance: a worker whose batches wait longer must fetch at least this much slower
 
 
 def cpu_share(model: LoaderModel) -> float:
@@ -62,6 +64,11 @@ def io_bound_fetch(
     if model is None or facts.steady_stall_fraction < min_stall:
         return None
     share = 1.0 - cpu_share(model)
+    runq = ""
+    if facts.load_blocked_s is not None and facts.load_wall_s:
+        # NOTE [ Where the time goes ]: waiting for a core is not storage; name it only when blocked dominates
+        share = facts.load_blocked_s / facts.load_wall_s
+        runq = f", {ms(facts.load_runq_s)} waiting for a core"
     if share < io_share:
         return None
     how = "estimated from the main process's CPU"
@@ -72,9 +79,9 @@ def io_bound_fetch(
         id="io_bound_fetch",
         severity="medium" if facts.input_fraction >= 0.2 else "low",
         evidence=(
-            f"a batch takes {ms(model.load_io_s + model.load_cpu_s)} to produce, of which "
-            f"{ms(model.load_cpu_s)} is CPU ({how}): {share:.0%} is waiting on storage, so more workers "
-            f"than cores help, and so does caching the data locally{disk}"
+            f"a batch takes {ms(facts.load_wall_s if facts.load_blocked_s is not None else model.load_io_s + model.load_cpu_s)} "
+            f"to produce: {ms(model.load_cpu_s)} CPU ({how}){runq} and {share:.0%} blocked (storage, sleeps, locks), "
+            f"so more workers than cores help, and so does caching the data locally{disk}"
         ),
         confidence=0.9 if facts.load_cpu_known else 0.6,
         metrics={"io_share": round(share, 3), "cpu_known": facts.load_cpu_known, "disk_read_bps": facts.disk_read_bps},
@@ -87,19 +94,22 @@ def worker_imbalance(
     *,
     slow_ratio: float = 1.5,
     wait_ratio: float = 3.0,
-    stuck_share: float = 0.3,
     min_stall: float = 0.05,
     min_per_worker: int = 10,
+    consistent: float = 0.8,
 ) -> Symptom | None:
-    """One worker is far slower, so waits repeat every num_workers batches.
+    """One worker is systematically slower, so waits repeat every num_workers batches.
 
         batch   0  1  2  3  4  5  6  7      worker 0 serves 0, 4, 8, ...
         wait    ██ .  .  .  ██ .  .  .      ready batches from 1-3 sit behind it
 
     Fires when one worker's fetch takes ``slow_ratio`` (1.5x) the others'
     median, or (with the loop stalling ``min_stall``) the batches of one worker
-    wait ``wait_ratio`` (3x) longer, or ``stuck_share`` (30%) of the stall time
-    is spent with other batches ready.
+    wait ``wait_ratio`` (3x) longer while it also fetches 1.2x slower (where
+    fetches were timed: equal workers deliver in rounds, and the first batch of
+    each round is the one waited for), and the same worker is the slowest in
+    ``consistent`` (80%) of the epochs (or of 5 equal windows): a systematic
+    difference, not the noise two identical workers show on a busy machine.
     """
     if facts.num_workers < 2:
         return None
@@ -110,30 +120,32 @@ def worker_imbalance(
         return None
     findings: list[str] = []
     metrics: dict[str, float] = {}
-    fetch = steady.dropna(subset=["worker_wall_s"]).groupby("worker_id")["worker_wall_s"].mean()
-    if len(fetch) >= 2:
-        slow = fetch.idxmax()
-        ratio = float(fetch[slow] / max(float(fetch.drop(slow).median()), 1e-9))
-        if ratio >= slow_ratio:
-            findings.append(f"worker {int(slow)} takes {ms(fetch[slow])} per batch, {ratio:.1f}x the others")
-            metrics["slow_ratio"] = ratio
+    slow, ratio, share = _systematic(steady.dropna(subset=["worker_wall_s"]), "worker_wall_s")
+    if slow is not None and ratio >= slow_ratio and share >= consistent:
+        fetch = steady.groupby("worker_id")["worker_wall_s"].mean()
+        findings.append(
+            f"worker {int(slow)} takes {ms(fetch[slow])} per batch, {ratio:.1f}x the others, "
+            f"the slowest in {share:.0%} of the windows"
+        )
+        metrics.update(slow_ratio=ratio, consistent_share=share)
     starved = facts.steady_stall_fraction >= min_stall
-    waits = steady.groupby("worker_id")["stall_s"].mean()
-    slow_w = waits.idxmax()
-    others = float(waits.drop(slow_w).median())
-    if starved and waits[slow_w] >= wait_ratio * max(others, 1e-4):
+    slow_w, w_ratio, w_share = _systematic(steady, "stall_s", floor=1e-4)
+    # Equal workers started together deliver in rounds: the loop waits for the first batch of each round
+    # and finds the others ready. That is not imbalance, so where fetch times were measured the worker
+    # whose batches wait must also fetch slower.
+    fetch_agrees = slow is None or (slow == slow_w and ratio >= FETCH_AGREES)
+    if starved and slow_w is not None and w_ratio >= wait_ratio and w_share >= consistent and fetch_agrees:
+        waits = steady.groupby("worker_id")["stall_s"].mean()
+        others = float(waits.drop(slow_w).median())
         findings.append(
             f"batches from worker {int(slow_w)} wait {ms(waits[slow_w])} vs {ms(others)} for the others, "
             f"repeating every {facts.num_workers} batches"
         )
-        metrics["wait_ratio"] = float(waits[slow_w] / max(others, 1e-4))
-    stall = steady["stall_s"].to_numpy()
-    stuck = float(stall[steady["ready"].to_numpy() > 0].sum() / max(stall.sum(), 1e-12))
-    if starved and stuck >= stuck_share:
-        findings.append(f"{stuck:.0%} of the stall time passed with other batches already ready (stuck behind one)")
-        metrics["stuck_share"] = stuck
+        metrics.update(wait_ratio=w_ratio, consistent_share=w_share)
     if not findings:
         return None
+    stall = steady["stall_s"].to_numpy()
+    metrics["stuck_share"] = float(stall[steady["ready"].to_numpy() > 0].sum() / max(stall.sum(), 1e-12))
     return Symptom(
         id="worker_imbalance",
         severity="medium" if starved else "low",
@@ -142,6 +154,30 @@ def worker_imbalance(
         confidence=round(min(1.0, 0.4 + 0.2 * len(findings) + len(steady) / 1000), 2),
         metrics=metrics,
     )
+
+
+def _windows(steady: pd.DataFrame, count: int = 5) -> np.ndarray:
+    """A window label per batch: its epoch when there are ``count`` or more, else equal time windows."""
+    if steady["epoch"].nunique() >= count:
+        return steady["epoch"].to_numpy()
+    ts = steady["ts"].to_numpy()
+    edges = np.linspace(ts.min(), ts.max() + 1e-9, count + 1)
+    return np.searchsorted(edges, ts, side="right")
+
+
+def _systematic(steady: pd.DataFrame, column: str, floor: float = 1e-9) -> tuple[int | None, float, float]:
+    """(the slowest worker overall, its ratio to the others' median, the share of windows where it is slowest)."""
+    if steady.empty:
+        return None, 0.0, 0.0
+    means = steady.groupby("worker_id")[column].mean()
+    if len(means) < 2:
+        return None, 0.0, 0.0
+    slow = means.idxmax()
+    ratio = float(means[slow] / max(float(means.drop(slow).median()), floor))
+    per = steady.assign(window=_windows(steady)).groupby(["window", "worker_id"])[column].mean().unstack()
+    per = per.dropna()
+    share = float((per.idxmax(axis=1) == slow).mean()) if len(per) else 0.0
+    return slow, ratio, share
 
 
 def prefetch_too_shallow(

@@ -8,11 +8,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from collector.diagnosis.accounting import active_spans, job_cpu, mean_range, window_edges
 from collector.diagnosis.data import RunData
+from collector.diagnosis.load import load_costs, load_share
 from collector.diagnosis.phases import STEADY, WARMUP, epoch_starts, label_phases
 
 MIN_HANDOFF_BATCHES = 10  # ready batches needed before their median wait counts as the hand-off cost
-MIN_SAMPLED_LOADS = 5  # num_workers=0: sampled next() CPU times needed before they replace the estimate
+WINDOWS = 8  # epochs (or equal time windows) the uncertainty is taken over
+MIN_HALF_RANGE = 0.005  # half a point: no measurement on a shared machine is finer
 
 
 @dataclass(frozen=True)
@@ -23,10 +26,12 @@ class Facts:
     steady_batches: int
     epochs: int
     wall_s: float  # first iter() (or first batch request) to the last batch
-    wait_s: float  # time in next() and iter(): everything the loop spent waiting for data
+    active_s: float  # the loader's own epochs, iter() to the final next(): NOTE [ A loader's active time ]
+    wait_s: float  # time in iter(), every next() and the final one: everything the loop spent waiting for data
     warmup_s: float  # the run's first epoch start, from iter() to its last start batch
     input_wait_s: float  # stall after warm-up: waits beyond the hand-off, plus later iter() time
-    input_fraction: float  # input_wait_s / (wall_s - warmup_s): what the verdict reads
+    input_fraction: float  # input_wait_s / (active_s - warmup_s): what the verdict reads
+    input_range: tuple[float, float]  # its uncertainty over epochs or fixed windows (NOTE [ Stable answers ])
     steady_stall_fraction: float  # stall share of steady-state batch cycles
     handoff_s: float  # median wait of a batch that was already ready (IPC, unpickling)
     step_mean_s: float  # steady state
@@ -52,7 +57,15 @@ class Facts:
     load_cpu_s: float | None  # per batch: CPU time producing it
     load_cpu_known: bool  # True from worker timing or next() CPU; False when estimated from process CPU
     load_cpu_upper: float | None  # num_workers=0: the most of a core loading can have used (see NOTE)
-    step_cpu_s: float  # per batch: main-process CPU outside loading
+    load_runq_s: float | None  # per batch: producing it, waiting for a core (None: not measured)
+    load_blocked_s: float | None  # per batch: producing it, neither computing nor waiting for a core
+    step_cpu_s: float  # per batch: main-process CPU outside loading, every thread
+    step_runq_s: float | None  # per batch: the main process's threads waiting for a core during the step
+    main_runq_cores: float | None  # the main process's threads waiting for a core, on average
+    accounting_exact: bool  # CPU from cumulative counters and the workers' own totals (schema 3)
+    torch_threads: int | None  # torch.get_num_threads() in the training process
+    epoch_batches: float  # batches per epoch, on average
+    end_wait_s: float  # final next() calls, summed
     fetch_concurrency: float | None  # workers fetching at once, on average
     cuda: bool  # CUDA events were recorded: the loop trains on a GPU
     gpu_idle_s: float | None  # CUDA-event idle time during waits
@@ -92,20 +105,28 @@ def measure(data: RunData) -> Facts:
     from_iter = run_start_in_data and not row0.empty  # the first iter() is in the data
     t_first = float(row0["started_at"].iloc[0]) if from_iter else float(ts[0] - wait[0])
     wall = max(float(ts[-1] - t_first), 1e-9)
+    spans = active_spans(b, epochs, windowed=data.window is not None)
+    active = max(spans.active_s, 1e-9)
     steady_wait_mean = float(wait[steady].mean())
     starts = epoch_starts(b, epochs, n_workers, steady_wait_mean)
     iter_total = float(starts["iter_s"].sum())
     warm = phases == WARMUP
     warmup_s = float(ts[warm].max() - t_first) if warm.any() else 0.0
     later = starts[starts["epoch"] != first_epoch] if run_start_in_data else starts
-    input_wait = float(stall[~warm].sum() + later["iter_s"].sum())
+    ends = max(0.0, spans.end_wait_s - handoff * len(spans.starts))
+    input_wait = float(stall[~warm].sum() + later["iter_s"].sum() + ends)
     cycles = wait[steady] + np.nan_to_num(step[steady])
     step_steady = step[steady & ~np.isnan(step)]
     cycle = float(cycles.mean())
 
-    main_cpu, worker_cpu, background = _cpu(data, t_first + warmup_s)
     usable = int(host.get("usable_cores") or host.get("logical_cores") or 1)
-    load_wall, load_cpu, known, step_cpu, concurrency = _load(b, steady, n_workers, main_cpu, worker_cpu, cycle)
+    logical = int(host.get("logical_cores") or usable)
+    job = job_cpu(data.procs, data.host, data.worker_exits, spans, logical, t_first + warmup_s)
+    main_cpu, worker_cpu = job.main_cores, job.worker_cores
+    load = load_costs(b, steady, n_workers, main_cpu, worker_cpu, cycle)
+    step_runq = None
+    if job.main_runq_cores is not None:
+        step_runq = max(0.0, job.main_runq_cores * cycle - (load.runq_main_s or 0.0))
     agg = data.aggregates
     described = agg.get("pinned_known") or 0
     gpu_known = agg.get("gpu_idle_known") or 0
@@ -115,10 +136,12 @@ def measure(data: RunData) -> Facts:
         steady_batches=int(steady.sum()),
         epochs=int(b["epoch"].nunique()),
         wall_s=wall,
-        wait_s=float(wait.sum() + iter_total),
+        active_s=active,
+        wait_s=float(wait.sum() + iter_total + spans.end_wait_s),
         warmup_s=warmup_s,
         input_wait_s=input_wait,
-        input_fraction=min(1.0, input_wait / max(wall - warmup_s, 1e-9)),
+        input_fraction=min(1.0, input_wait / max(active - warmup_s, 1e-9)),
+        input_range=stall_range(b, stall, steady, cycles, min(1.0, input_wait / max(active - warmup_s, 1e-9))),
         steady_stall_fraction=float(stall[steady].sum() / max(cycles.sum(), 1e-12)),
         handoff_s=handoff,
         step_mean_s=float(step_steady.mean()) if len(step_steady) else 0.0,
@@ -139,13 +162,21 @@ def measure(data: RunData) -> Facts:
         physical_cores=int(host.get("physical_cores") or usable),
         main_cpu_cores=main_cpu,
         worker_cpu_cores=worker_cpu,
-        background_cores=min(background, max(0.0, usable - 1.0)),
-        load_wall_s=load_wall,
-        load_cpu_s=load_cpu,
-        load_cpu_known=known,
-        load_cpu_upper=_load_share(known, load_cpu, main_cpu, load_wall, cycle) if n_workers == 0 else None,
-        step_cpu_s=step_cpu,
-        fetch_concurrency=concurrency,
+        background_cores=min(job.background_cores, max(0.0, float(usable))),
+        load_wall_s=load.wall_s,
+        load_cpu_s=load.cpu_s,
+        load_cpu_known=load.known,
+        load_cpu_upper=load_share(load.known, load.cpu_s, main_cpu, load.wall_s, cycle) if n_workers == 0 else None,
+        load_runq_s=load.runq_s,
+        load_blocked_s=load.blocked_s,
+        step_cpu_s=load.step_cpu_s,
+        step_runq_s=step_runq,
+        main_runq_cores=job.main_runq_cores,
+        accounting_exact=job.exact,
+        torch_threads=_int(data.run.get("torch_threads")),
+        epoch_batches=len(b) / max(1, int(b["epoch"].nunique())),
+        end_wait_s=spans.end_wait_s,
+        fetch_concurrency=load.concurrency,
         cuda=gpu_known > 0,
         gpu_idle_s=agg.get("gpu_idle_s") if gpu_known else None,
         ram_bytes=host.get("ram_bytes"),
@@ -157,94 +188,36 @@ def measure(data: RunData) -> Facts:
     )
 
 
+def _int(value: Any) -> int | None:
+    return None if value is None or pd.isna(value) else int(value)
+
+
 def _mean(df: pd.DataFrame, column: str) -> float | None:
     if df.empty or column not in df or df[column].isna().all():
         return None
     return float(df[column].mean())
 
 
-def _cpu(data: RunData, after_ts: float) -> tuple[float | None, float | None, float]:
-    """Mean cores used by the main process, by the workers, and by everything else on the host."""
-    procs, host = data.procs, data.host
-    if procs.empty:
-        return None, None, 0.0
-    p = procs[procs["ts"] >= after_ts] if (procs["ts"] >= after_ts).sum() >= 2 else procs
-    main = p[p["role"] == "main"].dropna(subset=["cpu_pct"])
-    main_cpu = float(main["cpu_pct"].mean()) / 100.0 if len(main) else None
-    workers = p[p["role"] == "worker"].dropna(subset=["cpu_pct"])
-    per_ts = workers.groupby("ts")["cpu_pct"].sum() / 100.0
-    worker_cpu = float(per_ts.mean()) if len(per_ts) else (0.0 if main_cpu is not None else None)
-    background = 0.0
-    if not host.empty and main_cpu is not None:
-        logical = int(data.host_facts.get("logical_cores") or 1)
-        h = host[(host["ts"] >= after_ts)].dropna(subset=["cpu_pct"]).set_index("ts")["cpu_pct"] / 100.0 * logical
-        job = main.groupby("ts")["cpu_pct"].sum().div(100.0).add(per_ts, fill_value=0.0)
-        joined = pd.concat([h.rename("host"), job.rename("job")], axis=1, join="inner")
-        if len(joined):
-            background = max(0.0, float((joined["host"] - joined["job"]).median()))
-    return main_cpu, worker_cpu, background
+def stall_range(
+    b: pd.DataFrame, stall: np.ndarray, steady: np.ndarray, cycles: np.ndarray, point: float
+) -> tuple[float, float]:
+    """NOTE [ Stable answers ]: ``point`` plus or minus the uncertainty of the steady stall share.
 
-
-def _load_share(
-    known: bool, load_cpu: float | None, main_cpu: float | None, load_wall: float | None, cycle: float
-) -> float | None:
-    """With num_workers=0: the share of a core loading used, measured when known, else its upper bound."""
-    if known and load_cpu is not None and load_wall:
-        return min(1.0, load_cpu / load_wall)
-    return _upper_share(main_cpu, load_wall, cycle)
-
-
-def _upper_share(main_cpu: float | None, load_wall: float | None, cycle: float) -> float | None:
-    """With num_workers=0: main-process CPU / wait share, the most of a core loading can have used."""
-    if main_cpu is None or not load_wall or cycle <= 0:
-        return None
-    return min(1.0, main_cpu / max(load_wall / cycle, 1e-9))
-
-
-def _load(
-    b: pd.DataFrame, steady: np.ndarray, n_workers: int, main_cpu: float | None, worker_cpu: float | None, cycle: float
-) -> tuple[float | None, float | None, bool, float, float | None]:
-    """(load_wall_s, load_cpu_s, cpu_known, step_cpu_s, concurrency) per batch.
-
-    NOTE [ Load time without workers ]
-    With num_workers=0 the batch is produced inside next(), so its wall time is
-    the wait. Its CPU time is the training thread's CPU inside next(), recorded
-    on sampled batches (``load_cpu_s``): the CPU share of the sampled waits,
-    applied to the mean wait. Without it (older files, fast loops where no batch
-    was sampled), the main process's CPU share m bounds it: with w the wait
-    share of a cycle, loading used between max(0, m - (1 - w)) / w and
-    min(1, m / w) of a core while it ran. We take the middle of that range (the
-    step's CPU is the other unknown).
+    A number measured once on a busy machine moves between reruns. The steady
+    stall share is taken per epoch (with 8 or more) or per equal time window
+    (8), and the range is the point plus or minus two standard errors of
+    their mean. The verdict and each symptom carry such a range, and one whose
+    range straddles its threshold is reported as borderline, with the range,
+    rather than flipping between two answers from one run to the next.
     """
-    wait = b["wait_s"].to_numpy()[steady]
-    if n_workers == 0:
-        load_wall = float(wait.mean())
-        sampled_cpu = b["load_cpu_s"].to_numpy()[steady] if "load_cpu_s" in b else np.full(len(wait), np.nan)
-        known = ~np.isnan(sampled_cpu)
-        if known.sum() >= MIN_SAMPLED_LOADS:
-            share = min(1.0, float(sampled_cpu[known].sum() / max(wait[known].sum(), 1e-12)))
-            load_cpu = load_wall * share
-            step_cpu = max(0.0, (main_cpu or 0.0) * cycle - load_cpu) if main_cpu is not None else 0.0
-            return load_wall, load_cpu, True, step_cpu, None
-        if main_cpu is None or cycle <= 0:
-            return load_wall, None, False, 0.0, None
-        w = min(1.0, load_wall / cycle)
-        upper = min(1.0, main_cpu / max(w, 1e-9))
-        lower = min(1.0, max(0.0, (main_cpu - (1.0 - w)) / max(w, 1e-9)))
-        load_cpu = load_wall * (upper + lower) / 2.0
-        return load_wall, load_cpu, False, max(0.0, main_cpu * cycle - load_cpu), None
-    step_cpu = (main_cpu or 0.0) * cycle
-    wall = b["worker_wall_s"].to_numpy()[steady]
-    cpu = b["worker_cpu_s"].to_numpy()[steady]
-    timed = ~np.isnan(wall)
-    if timed.sum() >= 2:
-        ts = b["ts"].to_numpy()[steady]
-        span = float(ts[-1] - ts[0]) or 1e-9
-        concurrency = float(wall[timed].sum() / span * len(wall) / timed.sum())
-        return float(wall[timed].mean()), float(cpu[timed].mean()), True, step_cpu, concurrency
-    # No worker timing: a starved loop consumes what n workers produce.
-    unknown_cpu = None if worker_cpu is None else worker_cpu * cycle
-    return n_workers * cycle, unknown_cpu, False, step_cpu, None
+    idx = np.flatnonzero(steady)
+    groups = window_edges(b["ts"].to_numpy()[idx], b["epoch"].to_numpy()[idx], WINDOWS)
+    s, c = stall[idx], cycles
+    per = np.array([s[g].sum() / max(c[g].sum(), 1e-12) for g in groups])
+    weights = np.array([c[g].sum() for g in groups])
+    lo, hi = mean_range(per, weights)
+    half = max((hi - lo) / 2.0, MIN_HALF_RANGE)
+    return max(0.0, point - half), min(1.0, point + half)
 
 
 def steady_batches(data: RunData, facts: Facts) -> pd.DataFrame:
@@ -258,44 +231,3 @@ def steady_batches(data: RunData, facts: Facts) -> pd.DataFrame:
     out = b[steady].copy()
     out["stall_s"] = np.maximum(0.0, out["wait_s"].to_numpy() - facts.handoff_s)
     return out
-
-
-def percentiles(values: pd.Series, qs: dict[str, float]) -> dict[str, float] | None:
-    v = values.dropna().to_numpy(dtype=float)
-    return {k: round(float(np.quantile(v, q)), 6) for k, q in qs.items()} if len(v) else None
-
-
-def summary(facts: Facts, data: RunData) -> dict[str, Any]:
-    """The report's ``summary`` block (see docs/report.md)."""
-    gpu = _busiest_gpu(data.gpu)
-    util = None
-    if gpu is not None:
-        u = data.gpu.loc[data.gpu["gpu"] == gpu, "util_pct"]
-        util = percentiles(u, {"p5": 0.05, "p95": 0.95})
-        if util is not None:
-            util = {"mean": round(float(u.mean()), 2), **util, "gpu": int(gpu)}
-    return {
-        "batches": facts.batches,
-        "steady_batches": facts.steady_batches,
-        "epochs": facts.epochs,
-        "wall_s": round(facts.wall_s, 4),
-        "data_wait_fraction": round(min(1.0, facts.wait_s / facts.wall_s), 4),
-        "stall_fraction": round(facts.input_fraction, 4),
-        "batches_per_s": round(facts.batches_per_s, 3),
-        "steady_batches_per_s": round(facts.steady_batches_per_s, 3),
-        "wait_s": {"p50": round(facts.wait_p50_s, 6), "p95": round(facts.wait_p95_s, 6)},
-        "step_s": {"p50": round(facts.step_p50_s, 6), "mean": round(facts.step_mean_s, 6)},
-        "handoff_s": round(facts.handoff_s, 6),
-        "warmup_s": round(facts.warmup_s, 4),
-        "epoch_start_lost_s": round(sum(facts.epoch_lost_s), 4),
-        "gpu_util_pct": util,
-        "gpu_idle_s": None if facts.gpu_idle_s is None else round(float(facts.gpu_idle_s), 4),
-        "window": data.window,
-    }
-
-
-def _busiest_gpu(gpu: pd.DataFrame) -> int | None:
-    g = gpu.dropna(subset=["util_pct"]) if not gpu.empty else gpu
-    if g.empty:
-        return None
-    return int(g.groupby("gpu")["util_pct"].mean().idxmax())

@@ -9,6 +9,7 @@ from typing import Any
 from collector.diagnosis.advice import shuffle_advice
 from collector.diagnosis.findings import Suggestion, Symptom
 from collector.diagnosis.model import LoaderModel
+from collector.diagnosis.sharing import SharedCores
 from collector.diagnosis.stats import Facts
 from collector.diagnosis.units import ms
 
@@ -32,18 +33,27 @@ def suggest(
     *,
     min_speedup: float = MIN_SPEEDUP,
     loader: Mapping[str, Any] | None = None,
+    shared: SharedCores | None = None,
 ) -> tuple[list[Suggestion], list[str]]:
     """Suggestions that pay at least ``min_speedup`` (or fix a named risk), and notes.
 
     ``loader`` is the recorded configuration with the run's ``stage`` and
     ``framework``: what decides where a shuffle can go (NOTE [ Advice that constructs ]).
+    Where the waits for a core were measured (``shared``, NOTE [ Sharing the
+    cores ]), num_workers and torch's intra-op threads come from that model;
+    otherwise from the throughput model (NOTE [ Throughput model ]).
     """
     out: list[Suggestion] = []
     notes: list[str] = []
     current = facts.steady_batches_per_s
-    workers = _num_workers(facts, model, symptoms, min_speedup)
-    if workers is not None:
-        out.append(workers)
+    if shared is not None:
+        changes, shared_notes = shared_advice(facts, shared, symptoms, min_speedup, model)
+        out += changes
+        notes += shared_notes
+    else:
+        workers = _num_workers(facts, model, symptoms, min_speedup)
+        if workers is not None:
+            out.append(workers)
     if "prefetch_too_shallow" in symptoms and model is not None:
         value = int(symptoms["prefetch_too_shallow"].metrics["suggested_prefetch_factor"])
         ceiling = min(model.loop_limit(), model.workers_limit(facts.num_workers), model.cpu_limit())
@@ -92,7 +102,7 @@ def suggest(
             )
         )
     helped = any((s.expected_speedup or 0.0) >= min_speedup for s in out)
-    if not helped and model is not None and facts.input_fraction >= 0.05:
+    if not helped and model is not None and facts.input_fraction >= 0.05 and shared is None:
         best = model.best_workers()
         if model.limit(best) == "cpu":
             notes.append(
@@ -162,3 +172,54 @@ def _num_workers(
         expected_speedup=round(speedup, 2),
         rule_of_thumb=thumb,
     )
+
+
+def shared_advice(
+    facts: Facts,
+    shared: SharedCores,
+    symptoms: Mapping[str, Symptom],
+    min_speedup: float,
+    model: LoaderModel | None,
+) -> tuple[list[Suggestion], list[str]]:
+    """num_workers and torch.set_num_threads from NOTE [ Sharing the cores ]; a note when nothing pays."""
+    max_workers = model.max_workers if model is not None else 64
+    n, threads = shared.best(max_workers)
+    gain = shared.speedup(n, threads)
+    thumb = rule_of_thumb(facts)
+    out: list[Suggestion] = []
+    fewer = n < facts.num_workers and "workers_exceed_cores" in symptoms
+    if (n, threads) != (facts.num_workers, shared.threads) and (gain >= min_speedup or fewer):
+        step_now, step_then = shared.cycle(shared.workers, shared.threads), shared.cycle(n, threads)
+        why = (
+            f"measured: a batch takes {ms(shared.load_cpu_s)} of CPU and {ms(shared.load_blocked_s)} blocked to "
+            f"produce; the step {ms(shared.step_work_s)} of CPU on {shared.step_threads:.1f} threads; other "
+            f"processes keep {shared.others_busy:.1f} of the {shared.cores:.0f} cores busy ({shared.background:.1f} "
+            "threads runnable). Sharing the cores, "
+            f"a batch takes {ms(step_now)} now and {ms(step_then)} with this change"
+        )
+        if shared.epoch_batches < 200 and not facts.persistent_workers and n > 0:
+            why += f" (epochs of {shared.epoch_batches:.0f} batches: starting fresh workers each epoch is counted)"
+        if n != facts.num_workers:
+            out.append(Suggestion("num_workers", facts.num_workers, n, why, round(gain, 2), thumb))
+        if threads != shared.threads:
+            reason = (
+                f"the step's {shared.threads} intra-op threads compete with {n} worker(s) for "
+                f"{shared.cores:.0f} cores; {threads} leave them room: {why}"
+            )
+            out.append(Suggestion("torch.set_num_threads", shared.threads, threads, reason, round(gain, 2), None))
+        return out, []
+    notes: list[str] = []
+    if facts.input_fraction >= 0.05:
+        if shared.busy():
+            notes.append(
+                f"Nothing here will help: all {shared.cores:.0f} cores are busy (this job's step "
+                f"{ms(shared.step_work_s)} and loading {ms(shared.load_cpu_s)} of CPU a batch, other processes "
+                f"{shared.others_busy:.1f} cores); no num_workers or thread count buys {min_speedup - 1:.0%}. "
+                "What would: " + "; ".join(REMEDIES) + "."
+            )
+        else:
+            notes.append(
+                f"No DataLoader setting can help: by the measured costs no num_workers or thread count buys "
+                f"{min_speedup - 1:.0%} (best {gain:.2f}x). What would: " + "; ".join(REMEDIES) + "."
+            )
+    return out, notes

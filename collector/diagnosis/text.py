@@ -26,7 +26,7 @@ def headline(report: Report) -> str:
     return (
         f"{'job verdict' if report.ranks else 'verdict'}: {report.verdict.upper()}: "
         f"{WAITING_LABEL} {report.summary['stall_fraction']:.0%} "
-        "of the time after warm-up"
+        "of the time after warm-up" + _range(report.summary)
     )
 
 
@@ -50,6 +50,12 @@ def render(report: Report) -> str:
         "",
         headline(report),
     ]
+    edge = s.get("borderline")
+    if edge:
+        lines.append(
+            f"  borderline: {edge['between'][0]} / {edge['between'][1]} (stall {edge['stall_fraction_range'][0]:.1%}"
+            f"-{edge['stall_fraction_range'][1]:.1%} over epochs or windows straddles a threshold)"
+        )
     util = s.get("gpu_util_pct")
     util_text = "n/a" if not util else f"mean {util['mean']:.0f}% p5 {util['p5']:.0f}% p95 {util['p95']:.0f}%"
     lines.append(
@@ -62,7 +68,10 @@ def render(report: Report) -> str:
     lines += render_ranks(report)
     if report.symptoms:
         lines += ["", "symptoms:"]
-        lines += [f"  [{x.severity}] {x.id} (confidence {x.confidence:.2f}): {x.evidence}" for x in report.symptoms]
+        lines += [
+            f"  [{x.severity}] {x.id} (confidence {x.confidence:.2f}{', borderline' if x.borderline else ''}): {x.evidence}"
+            for x in report.symptoms
+        ]
     if report.suggestions:
         lines += ["", "suggestions:"]
         for g in report.suggestions:
@@ -96,3 +105,10 @@ def render_ranks(report: Report) -> list[str]:
             line += f" ({ms(r['collective_wait_s'])} of it waiting at the collective, not compute)"
         lines.append(line)
     return lines
+
+
+def _range(s: dict[str, object]) -> str:
+    r = s.get("stall_fraction_range")
+    if not isinstance(r, list) or len(r) != 2:
+        return ""
+    return f" (range {r[0]:.0%}-{r[1]:.0%})"

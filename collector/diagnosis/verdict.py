@@ -36,3 +36,28 @@ def verdict(
     if facts.input_fraction >= partly_input_bound:
         return "partly-input-bound"
     return "not-input-bound"
+
+
+def borderline(
+    facts: Facts, *, input_bound: float = INPUT_BOUND, partly_input_bound: float = PARTLY_INPUT_BOUND
+) -> dict[str, object] | None:
+    """The two verdicts either end of the stall fraction's range, when they differ (NOTE [ Stable answers ]).
+
+    A stall fraction of 4.9% on one run and 6% on the next is one answer
+    near the 5% line, not two: both read as borderline between
+    not-input-bound and partly-input-bound, with the measured range.
+    """
+    if facts.batches < MIN_BATCHES:
+        return None
+    lo, hi = facts.input_range
+    low = _word(lo, input_bound, partly_input_bound)
+    high = _word(hi, input_bound, partly_input_bound)
+    if low == high:
+        return None
+    return {"between": [low, high], "stall_fraction_range": [round(lo, 4), round(hi, 4)]}
+
+
+def _word(fraction: float, input_bound: float, partly_input_bound: float) -> Verdict:
+    if fraction >= input_bound:
+        return "input-bound"
+    return "partly-input-bound" if fraction >= partly_input_bound else "not-input-bound"

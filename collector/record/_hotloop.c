@@ -21,6 +21,7 @@ typedef struct {
     int64_t head;          /* entries ever written: batches handed out */
     int64_t read;          /* entries handed to drain() or lapped */
     int64_t last_t0, last_t1, prev_t1;  /* prev_t1 < 0: no batch before the last */
+    int64_t end_t0;        /* t_request_ns of the next() that ended the iterator; < 0: not yet */
 } Timer;
 
 static inline int64_t
@@ -65,6 +66,7 @@ Timer_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->capacity = capacity;
     self->prev_t1 = -1;
     self->last_t1 = -1;
+    self->end_t0 = -1;
     return (PyObject *)self;
 }
 
@@ -100,7 +102,11 @@ Timer_next(Timer *self)
     int64_t t0 = monotonic_ns();
     PyObject *item = Py_TYPE(self->it)->tp_iternext(self->it);
     if (item == NULL) {
-        return NULL;  /* StopIteration (or none set: exhausted) and errors pass through unchanged */
+        /* StopIteration (or none set: exhausted) and errors pass through unchanged */
+        if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_StopIteration)) {
+            self->end_t0 = t0;  /* the final next(): its time is the epoch's end wait */
+        }
+        return NULL;
     }
     int64_t t1 = monotonic_ns();
     int64_t *slot = self->ring + 2 * (self->head % self->capacity);
@@ -153,6 +159,15 @@ Timer_get_last(Timer *self, void *Py_UNUSED(closure))
     return Py_BuildValue("(LLL)", (long long)self->last_t0, (long long)self->last_t1, (long long)self->prev_t1);
 }
 
+static PyObject *
+Timer_get_end_request_ns(Timer *self, void *Py_UNUSED(closure))
+{
+    if (self->end_t0 < 0) {
+        Py_RETURN_NONE;
+    }
+    return PyLong_FromLongLong(self->end_t0);
+}
+
 static PyMethodDef Timer_methods[] = {
     {"drain", (PyCFunction)Timer_drain, METH_NOARGS,
      "(first_index, bytes): every (t_request_ns, t_return_ns) int64 pair written since the last drain."},
@@ -162,6 +177,8 @@ static PyMethodDef Timer_methods[] = {
 static PyGetSetDef Timer_getset[] = {
     {"count", (getter)Timer_get_count, NULL, "batches handed out so far", NULL},
     {"last", (getter)Timer_get_last, NULL, "(t_request_ns, t_return_ns, previous t_return_ns or None) of the last batch", NULL},
+    {"end_request_ns", (getter)Timer_get_end_request_ns, NULL,
+     "t_request_ns of the next() that ended the iterator (StopIteration), or None", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -186,9 +203,10 @@ static PyTypeObject TimerType = {
 typedef struct {
     PyObject_HEAD
     Timer *timer;
-    PyObject *on_batch;    /* on_batch(index, t0, t1, prev_t1 or None, cpu_ns, batch) -> next stride */
+    PyObject *on_batch;    /* on_batch(index, t0, t1, prev_t1 or None, cpu_ns or clock's reading, batch) -> next stride */
     PyObject *on_end;      /* on_end(count): once, at exhaustion or when dropped */
     PyObject *on_error;    /* on_error(exception): each exception next() raises into the loop */
+    PyObject *clock;       /* NULL, or clock(): read before a described next(), handed to on_batch as cpu */
     Py_ssize_t countdown;  /* batches to hand out before the next described one */
     int ended;
 } Epoch;
@@ -196,14 +214,15 @@ typedef struct {
 static PyObject *
 Epoch_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"timer", "on_batch", "on_end", "on_error", NULL};
-    PyObject *timer, *on_batch, *on_end, *on_error;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OOO", kwlist, &TimerType, &timer, &on_batch, &on_end,
-                                     &on_error)) {
+    static char *kwlist[] = {"timer", "on_batch", "on_end", "on_error", "clock", NULL};
+    PyObject *timer, *on_batch, *on_end, *on_error, *clock = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OOO|O", kwlist, &TimerType, &timer, &on_batch, &on_end,
+                                     &on_error, &clock)) {
         return NULL;
     }
-    if (!PyCallable_Check(on_batch) || !PyCallable_Check(on_end) || !PyCallable_Check(on_error)) {
-        PyErr_SetString(PyExc_TypeError, "on_batch, on_end and on_error must be callable");
+    if (!PyCallable_Check(on_batch) || !PyCallable_Check(on_end) || !PyCallable_Check(on_error)
+        || (clock != Py_None && !PyCallable_Check(clock))) {
+        PyErr_SetString(PyExc_TypeError, "on_batch, on_end, on_error (and clock, if given) must be callable");
         return NULL;
     }
     Epoch *self = (Epoch *)type->tp_alloc(type, 0);
@@ -214,6 +233,7 @@ Epoch_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->on_batch = Py_NewRef(on_batch);
     self->on_end = Py_NewRef(on_end);
     self->on_error = Py_NewRef(on_error);
+    self->clock = clock == Py_None ? NULL : Py_NewRef(clock);
     return (PyObject *)self;
 }
 
@@ -224,6 +244,7 @@ Epoch_traverse(Epoch *self, visitproc visit, void *arg)
     Py_VISIT(self->on_batch);
     Py_VISIT(self->on_end);
     Py_VISIT(self->on_error);
+    Py_VISIT(self->clock);
     return 0;
 }
 
@@ -234,6 +255,7 @@ Epoch_clear(Epoch *self)
     Py_CLEAR(self->on_batch);
     Py_CLEAR(self->on_end);
     Py_CLEAR(self->on_error);
+    Py_CLEAR(self->clock);
     return 0;
 }
 
@@ -298,17 +320,27 @@ Epoch_next(Epoch *self)
         self->countdown -= 1;
         return item;
     }
-    int64_t c0 = thread_cpu_ns();
+    PyObject *before = NULL;  /* clock(): the caller's own reading, handed back as cpu */
+    if (self->clock != NULL) {
+        before = PyObject_CallNoArgs(self->clock);
+        if (before == NULL) {
+            PyErr_Clear();  /* the collector's fault: no reading, the batch goes on */
+            before = Py_NewRef(Py_None);
+        }
+    }
+    int64_t c0 = before == NULL ? thread_cpu_ns() : 0;
     PyObject *item = Timer_next(timer);
     if (item == NULL) {
+        Py_XDECREF(before);
         return Epoch_failed(self);
     }
-    int64_t cpu_ns = thread_cpu_ns() - c0;
+    PyObject *cpu = before != NULL ? before : PyLong_FromLongLong(thread_cpu_ns() - c0);
     PyObject *prev = timer->prev_t1 < 0 ? Py_NewRef(Py_None) : PyLong_FromLongLong(timer->prev_t1);
-    PyObject *stride = prev == NULL ? NULL : PyObject_CallFunction(
-        self->on_batch, "LLLOLO", (long long)(timer->head - 1), (long long)timer->last_t0,
-        (long long)timer->last_t1, prev, (long long)cpu_ns, item);
+    PyObject *stride = prev == NULL || cpu == NULL ? NULL : PyObject_CallFunction(
+        self->on_batch, "LLLOOO", (long long)(timer->head - 1), (long long)timer->last_t0,
+        (long long)timer->last_t1, prev, cpu, item);
     Py_XDECREF(prev);
+    Py_XDECREF(cpu);
     if (stride == NULL && !PyErr_ExceptionMatches(PyExc_Exception)) {
         /* KeyboardInterrupt, SystemExit: the user's, so they go to the loop; the epoch goes on */
         Py_DECREF(item);
@@ -360,7 +392,7 @@ Epoch_dealloc(Epoch *self)
 static PyTypeObject EpochType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "collector.record._hotloop.Epoch",
-    .tp_doc = "Epoch(timer, on_batch, on_end, on_error): iterates like the timer, describing every stride-th batch.",
+    .tp_doc = "Epoch(timer, on_batch, on_end, on_error, clock=None): iterates like the timer, describing every stride-th batch.",
     .tp_basicsize = sizeof(Epoch),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_new = Epoch_new,

@@ -4,6 +4,7 @@ from typing import Any
 class Timer:
     count: int
     last: tuple[int, int, int | None] | None
+    end_request_ns: int | None
     def __init__(self, iterator: Any, capacity: int) -> None: ...
     def __iter__(self) -> Iterator[Any]: ...
     def __next__(self) -> Any: ...
@@ -13,9 +14,10 @@ class Epoch:
     def __init__(
         self,
         timer: Timer,
-        on_batch: Callable[[int, int, int, int | None, int, Any], int],
+        on_batch: Callable[[int, int, int, int | None, Any, Any], int],
         on_end: Callable[[int], None],
         on_error: Callable[[BaseException], None],
+        clock: Callable[[], Any] | None = None,
     ) -> None: ...
     def __iter__(self) -> Iterator[Any]: ...
     def __next__(self) -> Any: ...

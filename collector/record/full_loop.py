@@ -9,6 +9,7 @@ from typing import Any
 from collector.record import cuda_idle, loader_probe
 from collector.record.batchinfo import describe_batch
 from collector.record.handover import EpochEnded, FirstBatch, Shared
+from collector.record.load_clock import LoadClock
 from collector.record.transparent import END, raising, transparent
 
 
@@ -24,8 +25,10 @@ class FullLoop:
         probe: loader_probe.Probe | None,
         cuda: bool,
         on_error: Callable[[BaseException], None],
+        clock: LoadClock | None = None,
     ) -> None:
         self._next = it.__next__
+        self.clock = clock
         self.epoch = epoch
         self.t_start = t_start
         self.shared = shared
@@ -51,12 +54,13 @@ class FullLoop:
             before = self.new_event()
             before.record()
         sampled = idx % shared.stride[0] == 0
-        c0 = time.thread_time_ns() if sampled else 0
+        clock = self.clock
+        c0: Any = (clock.read() if clock is not None else time.thread_time_ns()) if sampled else None
         t0 = time.perf_counter_ns()
         try:
             batch = self._next()
         except StopIteration:
-            self.end()
+            self.end(t0)
             return END
         except BaseException as exc:  # noqa: BLE001 - handed to the loop as it was raised
             try:
@@ -65,7 +69,10 @@ class FullLoop:
                 pass
             return raising(exc)
         t1 = time.perf_counter_ns()
-        cpu_ns = time.thread_time_ns() - c0 if sampled else 0
+        cpu_ns: int | None = None
+        runq_ns: int | None = None
+        if sampled:
+            cpu_ns, runq_ns = clock.delta(c0) if clock is not None else (time.thread_time_ns() - c0, None)
         if before is not None and self.new_event is not None:
             after = self.new_event()
             after.record()
@@ -79,7 +86,9 @@ class FullLoop:
             worker = (w, self.pids[w] if w < len(self.pids) else None, self.incarnation, seq)
         if sampled:
             info = describe_batch(batch)
-            shared.records["sampled"].append((epoch, idx, t0, t1, self.prev, ready, in_flight, *worker, *info, cpu_ns))
+            shared.records["sampled"].append(
+                (epoch, idx, t0, t1, self.prev, ready, in_flight, *worker, *info, cpu_ns, runq_ns)
+            )
             if idx == 0:
                 shared.epoch_events.append(FirstBatch(epoch, self.t_start, t1))
         else:
@@ -88,10 +97,13 @@ class FullLoop:
         self.idx = idx + 1
         return (batch,)
 
-    def end(self) -> None:
+    def end(self, t_request_ns: int | None = None) -> None:
         if not self.ended:
             self.ended = True
-            self.shared.epoch_events.append(EpochEnded(self.epoch, time.perf_counter_ns(), self.idx))
+            events = self.shared.epoch_events
+            events.append(EpochEnded(self.epoch, time.perf_counter_ns(), self.idx, t_request_ns))
+            if self.clock is not None:
+                self.clock.close()
 
     def __del__(self) -> None:  # the loop broke out early, or an exception ended it
         self.end()

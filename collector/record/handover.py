@@ -16,6 +16,7 @@ class EpochStarted(NamedTuple):
     epoch: int
     t_ns: int  # iter() was called
     worker_pids: list[int]
+    threads: tuple[int, int] | None = None  # torch.get_num_threads(), get_num_interop_threads(); None: no torch
 
 
 class FirstBatch(NamedTuple):
@@ -28,6 +29,7 @@ class EpochEnded(NamedTuple):
     epoch: int
     t_ns: int
     batches: int
+    t_request_ns: int | None = None  # the final next() was asked for (None: dropped before its end)
 
 
 EpochEvent = EpochStarted | FirstBatch | EpochEnded

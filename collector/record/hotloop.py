@@ -23,12 +23,18 @@ from collector.record.transparent import END, raising, transparent, without_our_
 # ``capacity`` entries loses the oldest (the ring is the bounded buffer). The
 # clock is CLOCK_MONOTONIC, time.perf_counter_ns()'s on Linux.
 #
-# ``Epoch(timer, on_batch, on_end, on_error)`` is a whole plain epoch, so
-# that no Python frame sits between the user's loop and the Timer: it hands
-# out the timer's items, and for every stride-th one (the first always) it
-# also reads the thread's CPU clock around next() and calls
+# ``Epoch(timer, on_batch, on_end, on_error, clock=None)`` is a whole plain
+# epoch, so that no Python frame sits between the user's loop and the Timer:
+# it hands out the timer's items, and for every stride-th one (the first
+# always) it also reads the thread's CPU clock around next() and calls
 # ``on_batch(index, t0, t1, prev_t1, cpu_ns, batch)``, which describes the
-# batch and returns the next stride. When next() raises, ``on_error(exc)``
+# batch and returns the next stride. Given a ``clock``, it calls ``clock()``
+# just before that next() instead and hands its reading to on_batch in
+# place of cpu_ns (None if clock raised): on_batch reads the clock again
+# and takes the difference (collector/record/load_clock.py: every loading
+# thread's CPU and the wait for a core). The Timer keeps, as
+# ``end_request_ns``, when the next() that ended the iterator was asked for:
+# the epoch's final wait, which ends (and with workers, shuts them down). When next() raises, ``on_error(exc)``
 # sees the exception, which then reaches the loop unchanged, and the epoch
 # goes on: a loop that catches it and asks again gets the loader's next
 # item, as from the loader itself. ``on_end(count)`` is called once: at
@@ -54,6 +60,7 @@ class PyTimer:
         self.count = 0
         self._read = 0
         self.last: tuple[int, int, int | None] | None = None
+        self.end_request_ns: int | None = None
 
     def __iter__(self) -> Iterator[Any]:
         return self
@@ -72,6 +79,7 @@ class PyTimer:
         try:
             item = self._next()
         except StopIteration:
+            self.end_request_ns = t0
             return None
         except BaseException as exc:  # noqa: BLE001 - handed back to be raised as it was
             exc.__traceback__ = without_our_frames(exc.__traceback__)
@@ -94,7 +102,7 @@ class PyTimer:
         return start, array("q", pairs).tobytes()
 
 
-OnBatch = Callable[[int, int, int, "int | None", int, Any], int]
+OnBatch = Callable[[int, int, int, "int | None", Any, Any], int]
 OnEnd = Callable[[int], None]
 OnError = Callable[[BaseException], None]
 
@@ -102,8 +110,11 @@ OnError = Callable[[BaseException], None]
 class _PyEpoch:
     """The state of one ``py_epoch``; its ``step`` is the iterator's next(). See NOTE [ Transparent iteration ]."""
 
-    def __init__(self, timer: PyTimer, on_batch: OnBatch, on_end: OnEnd, on_error: OnError) -> None:
+    def __init__(
+        self, timer: PyTimer, on_batch: OnBatch, on_end: OnEnd, on_error: OnError, clock: Callable[[], Any] | None
+    ) -> None:
         self.timer = timer
+        self.clock = clock
         self.on_batch: OnBatch | None = on_batch
         self.on_end = on_end
         self.on_error = on_error
@@ -115,7 +126,16 @@ class _PyEpoch:
             return END
         timer = self.timer
         describe = self.countdown <= 0 and self.on_batch is not None
-        c0 = time.thread_time_ns() if describe else 0
+        before: Any = None
+        c0 = 0
+        if describe:
+            if self.clock is not None:
+                try:
+                    before = self.clock()
+                except Exception:  # noqa: BLE001 - the collector's fault: no reading, the batch goes on
+                    before = None
+            else:
+                c0 = time.thread_time_ns()
         out = timer.step()
         if out is None:
             self.end()
@@ -127,7 +147,7 @@ class _PyEpoch:
         if not describe:
             self.countdown -= 1
             return out
-        cpu_ns = time.thread_time_ns() - c0
+        cpu_ns = before if self.clock is not None else time.thread_time_ns() - c0
         t0, t1, prev = timer.last  # type: ignore[misc]
         try:
             stride = self.on_batch(timer.count - 1, t0, t1, prev, cpu_ns, out[0])  # type: ignore[misc]
@@ -147,9 +167,11 @@ class _PyEpoch:
         self.end()
 
 
-def py_epoch(timer: Any, on_batch: OnBatch, on_end: OnEnd, on_error: OnError) -> Iterator[Any]:
+def py_epoch(
+    timer: Any, on_batch: OnBatch, on_end: OnEnd, on_error: OnError, clock: Callable[[], Any] | None = None
+) -> Iterator[Any]:
     """The pure-Python twin of ``collector.record._hotloop.Epoch``."""
-    return transparent(_PyEpoch(timer, on_batch, on_end, on_error).step)
+    return transparent(_PyEpoch(timer, on_batch, on_end, on_error, clock).step)
 
 
 def describing_failed(exc: BaseException) -> None:

@@ -236,11 +236,15 @@ class Monitor(threading.Thread):
                 row = self._epochs[epoch] = EpochRow(epoch, wall_of(event.t_ns))
             if isinstance(event, EpochStarted):
                 row.worker_pids_json = json.dumps(event.worker_pids)  # the writer samples them too
+                if event.threads is not None:
+                    self._run_update["torch_threads"], self._run_update["interop_threads"] = event.threads
             elif isinstance(event, FirstBatch):
                 row.first_batch_s = max(0.0, (event.t_return_ns - event.t_ns) / 1e9)
             else:
                 row.ended_at = wall_of(event.t_ns)
                 row.batches = event.batches
+                if event.t_request_ns is not None:
+                    row.end_wait_s = max(0.0, (event.t_ns - event.t_request_ns) / 1e9)
                 self._produced[epoch] = max(self._produced.get(epoch, 0), event.batches)
                 self._ended.add(epoch)
             self._dirty_epochs.add(epoch)

@@ -22,6 +22,7 @@ from collector.record.cuda_idle import IdleResolver
 from collector.record.full_loop import FullLoop
 from collector.record.handover import EpochEnded, EpochStarted, FirstBatch, Shared
 from collector.record.hotloop import Epoch, Timer
+from collector.record.load_clock import LoadClock
 from collector.record.monitor import Monitor
 from collector.record.runinfo import command_line, distributed, job_id, loader_config, versions
 from collector.record.worker_timing import TimingRings, WorkerHook
@@ -100,7 +101,8 @@ class Session:
         t_start = time.perf_counter_ns()
         it = self._open_iterator()
         probe = loader_probe.attach(it) if getattr(self.loader, "num_workers", 0) else None
-        self.shared.epoch_events.append(EpochStarted(epoch, t_start, [] if probe is None else probe.worker_pids()))
+        pids = [] if probe is None else probe.worker_pids()
+        self.shared.epoch_events.append(EpochStarted(epoch, t_start, pids, torch_threads()))
         cuda = cuda_idle.cuda_active()
         if probe is None and not cuda:
             return self._plain_loop(it, epoch, t_start)
@@ -140,22 +142,27 @@ class Session:
         append_described = self.shared.records["described"].append
         events = self.shared.epoch_events
         stride = self.shared.stride
+        clock = LoadClock(self.monitor.ident)
+        delta = clock.delta
 
-        def on_batch(idx: int, t0: int, t1: int, prev: int | None, cpu_ns: int, batch: Any) -> int:
-            append_described((epoch, idx, t0, t1, prev, *NO_QUEUE, *describe_batch(batch), cpu_ns))
+        def on_batch(idx: int, t0: int, t1: int, prev: int | None, before: Any, batch: Any) -> int:
+            cpu_ns, runq_ns = delta(before)
+            append_described((epoch, idx, t0, t1, prev, *NO_QUEUE, *describe_batch(batch), cpu_ns, runq_ns))
             if idx == 0:
                 events.append(FirstBatch(epoch, t_start, t1))
             return stride[0]
 
         def on_end(count: int) -> None:
-            events.append(EpochEnded(epoch, time.perf_counter_ns(), count))
+            events.append(EpochEnded(epoch, time.perf_counter_ns(), count, timer.end_request_ns))
+            clock.close()
 
-        return Epoch(timer, on_batch, on_end, self.count_error)
+        return Epoch(timer, on_batch, on_end, self.count_error, clock.read)
 
     def _full_loop(
         self, it: Iterator[Any], epoch: int, t_start: int, probe: loader_probe.Probe | None, cuda: bool
     ) -> Iterator[Any]:
-        return FullLoop(it, epoch, t_start, self.shared, probe, cuda, self.count_error).iterator()
+        clock = LoadClock(self.monitor.ident)
+        return FullLoop(it, epoch, t_start, self.shared, probe, cuda, self.count_error, clock).iterator()
 
     # -- ending -------------------------------------------------------------
 
@@ -219,6 +226,15 @@ class Session:
         if threading.current_thread() is not self.monitor:
             self.monitor.join(timeout_s)
         _open_sessions.discard(self)
+
+
+def torch_threads() -> tuple[int, int] | None:
+    """(intra-op, inter-op) threads of torch in this process, if torch is imported; recorded each epoch."""
+    torch = sys.modules.get("torch")
+    try:
+        return int(torch.get_num_threads()), int(torch.get_num_interop_threads())  # type: ignore[union-attr]
+    except Exception:  # noqa: BLE001 - no torch, or one without these
+        return None
 
 
 def is_watched(loader: Any) -> bool:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import Any
 
+from collector.sample.schedstat import ThreadClock, split
 from collector.writer.frames import FETCH
 
 # NOTE [ Worker timing ]
@@ -27,6 +28,18 @@ from collector.writer.frames import FETCH
 # joins on it. Fetches that end the worker's data (StopIteration from an
 # IterableDataset) reach no batch and are not counted. The hook is a plain
 # picklable object, so it works under the spawn and forkserver start methods.
+#
+# NOTE [ Worker totals ]
+# Workers that live about a second an epoch are rarely sampled twice by a
+# 2 Hz sampler, so their CPU (start-up included) would read as other
+# processes'. Each worker therefore reports its own whole life as it exits
+# normally (a multiprocessing finalizer, which torch's worker process runs
+# after its loop returns): one more entry in its ring with seq = -1,
+#     (pid, worker_id, -1, -1, started_at, lifetime_s, cpu_s, runq_s)
+# cpu_s from the process's own CPU clock (every thread, ended ones too),
+# runq_s its main thread's schedstat (one pread: the epoch's final next()
+# waits for this exit, and reading every thread's file cost it 8 ms). The writer stores it in
+# worker_exits. A worker killed instead of exiting sends none.
 #
 # NOTE [ Timing rings ]
 # Entries go into shared memory, one ring per worker id, not through a pipe:
@@ -96,6 +109,7 @@ class WorkerHook:
 
     def __call__(self, worker_id: int) -> None:
         _install(self.rings, worker_id)
+        _report_at_exit(self.rings, worker_id)
         if self.user_init_fn is not None:
             self.user_init_fn(worker_id)
 
@@ -115,8 +129,38 @@ def _install(rings: TimingRings, worker_id: int) -> None:
     _DatasetKind.create_fetcher = staticmethod(create_fetcher)  # type: ignore[method-assign]
 
 
+def _report_at_exit(rings: TimingRings, worker_id: int) -> None:
+    """Write this worker's whole-life totals into its ring when it exits (NOTE [ Worker totals ])."""
+    try:
+        from multiprocessing import util
+
+        started_at = time.time()
+        t0 = time.perf_counter()
+        pid = os.getpid()
+
+        clock = _worker_clock()
+
+        def report() -> None:
+            # Cheap on purpose: the epoch's final next() waits for this exit (reading every thread's
+            # schedstat here cost it 8 ms). The CPU clock covers every thread of the process's life;
+            # the run-queue wait is its main thread's, the one that fetches.
+            try:
+                raw = clock.raw()
+                runq = float("nan") if raw is None else (split(raw)[1] or 0) / 1e9
+                life = time.perf_counter() - t0
+                rings.write(
+                    worker_id, (float(pid), float(worker_id), -1.0, -1.0, started_at, life, time.process_time(), runq)
+                )
+            except Exception:  # noqa: BLE001 - totals are optional; the worker's exit is not
+                pass
+
+        util.Finalize(None, report, exitpriority=100)
+    except Exception:  # noqa: BLE001 - totals are optional; the worker is not
+        pass
+
+
 class TimedFetcher:
-    """Wraps a torch fetcher; reports each fetch's wall and CPU time."""
+    """Wraps a torch fetcher; reports each fetch's wall time, CPU and wait for a core."""
 
     def __init__(self, inner: Any, rings: TimingRings, worker_id: int, incarnation: int) -> None:
         self._inner = inner
@@ -124,6 +168,8 @@ class TimedFetcher:
         self._worker_id = worker_id
         self._key = (float(os.getpid()), float(worker_id), float(incarnation))
         self._seq = 0
+        clock = _worker_clock()
+        self._read: Callable[[], bytes | float] = time.thread_time if clock.fd is None else clock.raw  # type: ignore[assignment]
         # Start times come from the monotonic clock plus this offset, taken
         # once per fetcher (per epoch with persistent workers): one clock
         # read less per fetch, which runs on the worker's critical path.
@@ -134,26 +180,41 @@ class TimedFetcher:
 
     def fetch(self, possibly_batched_index: Any) -> Any:
         t0 = time.perf_counter()
-        c0 = time.thread_time()
+        s0 = self._read()
         try:
             data = self._inner.fetch(possibly_batched_index)
         except StopIteration:
             raise  # the end of an IterableDataset: no batch, not counted
         except Exception as exc:  # noqa: BLE001 - handed on as torch's worker loop would
-            self._record(t0, c0)
+            self._record(t0, s0)
             return worker_failure(exc, self._worker_id, sys._getframe(1))
-        self._record(t0, c0)
+        self._record(t0, s0)
         return data
 
-    def _record(self, t0: float, c0: float) -> None:
-        cpu_s = time.thread_time() - c0
+    def _record(self, t0: float, s0: bytes | float) -> None:
+        s1 = self._read()
         wall_s = time.perf_counter() - t0
         seq = self._seq
         self._seq = seq + 1
         try:
-            self._write(self._worker_id, (*self._key, seq, self._wall_offset + t0, wall_s, cpu_s))
+            if isinstance(s0, bytes) and isinstance(s1, bytes):
+                (cpu0, runq0), (cpu1, runq1) = split(s0), split(s1)
+                cpu_s, runq_s = (cpu1 - cpu0) / 1e9, ((runq1 or 0) - (runq0 or 0)) / 1e9
+            else:  # no schedstat: the thread's CPU clock, and no run-queue figure
+                cpu_s, runq_s = float(s1) - float(s0), float("nan")
+            self._write(self._worker_id, (*self._key, seq, self._wall_offset + t0, wall_s, cpu_s, runq_s))
         except Exception:  # noqa: BLE001 - timing is optional; the batch is not
             pass
+
+
+_clock: ThreadClock | None = None  # one a worker process: its own thread's
+
+
+def _worker_clock() -> ThreadClock:
+    global _clock
+    if _clock is None:
+        _clock = ThreadClock()
+    return _clock
 
 
 # NOTE [ A worker's exception ]

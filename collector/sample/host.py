@@ -10,6 +10,8 @@ from typing import Any
 
 import psutil as _psutil
 
+from collector.sample.schedstat import process_totals
+
 Warn = Callable[[str, str], None]
 
 
@@ -32,12 +34,22 @@ class ProcSample:
     rss_bytes: int | None
     uss_bytes: int | None  # measured less often: it walks the page tables
     pss_bytes: int | None
+    cpu_s: float | None = None  # cumulative, every thread: NOTE [ Where the time goes ]
+    runq_s: float | None = None  # cumulative seconds runnable, waiting for a core
+    threads: int | None = None
 
 
 class HostSampler:
     """Samples the machine and the training processes; ``psutil`` is a parameter for tests."""
 
-    def __init__(self, warn: Warn, psutil: ModuleType = _psutil, main_pid: int | None = None) -> None:
+    def __init__(
+        self,
+        warn: Warn,
+        psutil: ModuleType = _psutil,
+        main_pid: int | None = None,
+        schedstat: Callable[[int], tuple[float, float, int] | None] = process_totals,
+    ) -> None:
+        self._schedstat = schedstat
         self._ps = psutil
         self._warn = warn
         self._main_pid = os.getpid() if main_pid is None else main_pid
@@ -104,7 +116,10 @@ class HostSampler:
             except (ps.AccessDenied, ps.NoSuchProcess, OSError):
                 pass
         role = "main" if worker_id is None else "worker"
-        return ProcSample(now, pid, role, worker_id, cpu, rss, uss, pss)
+        totals = self._schedstat(pid)
+        if totals is None:
+            return ProcSample(now, pid, role, worker_id, cpu, rss, uss, pss)
+        return ProcSample(now, pid, role, worker_id, cpu, rss, uss, pss, *totals)
 
     def _try(self, key: str, fn: Callable[[], Any]) -> Any:
         try:

@@ -18,7 +18,8 @@ BUSY_TIMEOUT_MS = 5_000
 
 Row = Sequence[Any]
 
-SAMPLE_TABLES = ("gpu_samples", "host_samples", "proc_samples")  # rows are (run_id, *the sample's fields)
+SAMPLE_TABLES = ("gpu_samples", "host_samples", "proc_samples")
+EPOCH_FIELDS = 8  # run_id, epoch, started_at, ended_at, first_batch_s, batches, worker_pids, end_wait_s  # rows are (run_id, *the sample's fields)
 
 
 def batch_insert_sql(run_id: int, wall0_s: float, perf0_ns: int, extra: Sequence[str] = ()) -> str:
@@ -51,8 +52,21 @@ def batch_insert_sql(run_id: int, wall0_s: float, perf0_ns: int, extra: Sequence
 
 
 def fetch_insert_sql(run_id: int) -> str:
-    """INSERT for worker timing entries (pid, worker_id, incarnation, seq, started_at, wall_s, cpu_s)."""
-    return f"INSERT OR REPLACE INTO worker_fetches VALUES ({int(run_id)}, ?, ?, ?, ?, ?, ?, ?)"
+    """INSERT for worker timing entries (pid, worker_id, incarnation, seq, started_at, wall_s, cpu_s, runq_s)."""
+    return f"INSERT OR REPLACE INTO worker_fetches VALUES ({int(run_id)}, ?, ?, ?, ?, ?, ?, ?, ?)"
+
+
+def exit_insert_sql(run_id: int) -> str:
+    """INSERT for a worker's whole-life totals (pid, worker_id, started_at, ended_at, cpu_s, runq_s)."""
+    return f"INSERT OR REPLACE INTO worker_exits VALUES ({int(run_id)}, ?, ?, ?, ?, ?, ?)"
+
+
+def _padded(rows: Iterable[Row], width: int) -> Iterable[Row]:
+    """Rows as they are, or with NULL for trailing columns a newer schema added (a caller of an older layout)."""
+    rows = list(rows)
+    if not rows or len(rows[0]) >= width:
+        return rows
+    return [tuple(row) + (None,) * (width - len(row)) for row in rows]
 
 
 # NOTE [ Accounting ]
@@ -175,9 +189,11 @@ class Store:
             self._migrate()
         # one placeholder a column, read off the file: a sample field added to
         # collector/sample/ needs only its column in schema.py
+        self._widths = {
+            table: len(self.conn.execute(f"PRAGMA table_info({table})").fetchall()) for table in SAMPLE_TABLES
+        }
         self._inserts = {
-            table: f"INSERT INTO {table} VALUES ({','.join('?' * len(self.conn.execute(f'PRAGMA table_info({table})').fetchall()))})"
-            for table in SAMPLE_TABLES
+            table: f"INSERT INTO {table} VALUES ({','.join('?' * n)})" for table, n in self._widths.items()
         }
 
     def _migrate(self) -> None:
@@ -267,12 +283,13 @@ class Store:
             for sql, sql_rows in statements:
                 conn.executemany(sql, sql_rows)
             for table, table_rows in rows.items():
-                conn.executemany(self._inserts[table], table_rows)
+                conn.executemany(self._inserts[table], _padded(table_rows, self._widths[table]))
             conn.executemany(
-                "INSERT INTO epochs VALUES (?,?,?,?,?,?,?) ON CONFLICT (run_id, epoch) DO UPDATE SET"
+                "INSERT INTO epochs (run_id, epoch, started_at, ended_at, first_batch_s, batches, worker_pids,"
+                " end_wait_s) VALUES (?,?,?,?,?,?,?,?) ON CONFLICT (run_id, epoch) DO UPDATE SET"
                 " ended_at=excluded.ended_at, first_batch_s=excluded.first_batch_s,"
-                " batches=excluded.batches, worker_pids=excluded.worker_pids",
-                epochs,
+                " batches=excluded.batches, worker_pids=excluded.worker_pids, end_wait_s=excluded.end_wait_s",
+                (tuple(row) + (None,) * (EPOCH_FIELDS - len(row)) for row in epochs),  # rows without end_wait_s
             )
             if run_update and run_id is not None:
                 columns = ", ".join(f"{key} = ?" for key in run_update)

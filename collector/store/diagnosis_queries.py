@@ -24,12 +24,26 @@ LEAN_COLUMNS = (
     "worker_wall_s",
     "worker_cpu_s",
     "load_cpu_s",
+    "load_runq_s",
+    "worker_runq_s",
 )
 _NULL = -1.0  # no stored value is negative: wait/step/wall/cpu are clamped, ids and depths are counts
 _SELECT = (
     "SELECT b.epoch, b.idx, b.ts, b.wait_s, IFNULL(b.step_s, -1.0), IFNULL(b.ready, -1),"
-    " IFNULL(b.worker_id, -1), IFNULL(f.wall_s, -1.0), IFNULL(f.cpu_s, -1.0), IFNULL(b.load_cpu_s, -1.0) "
+    " IFNULL(b.worker_id, -1), IFNULL(f.wall_s, -1.0), IFNULL(f.cpu_s, -1.0), IFNULL(b.load_cpu_s, -1.0),"
+    " {load_runq}, {worker_runq} "
 )
+
+
+def _select(reader: Reader) -> str:
+    """The lean SELECT, with -1 (NULL) for the schema-3 columns an older file lacks (NOTE [ Schema versions ])."""
+    with reader.connect() as conn:
+        batch = {row[1] for row in conn.execute("PRAGMA table_info(batches)")}
+        fetch = {row[1] for row in conn.execute("PRAGMA table_info(worker_fetches)")}
+    return _SELECT.format(
+        load_runq="IFNULL(b.load_runq_s, -1.0)" if "load_runq_s" in batch else "-1.0",
+        worker_runq="IFNULL(f.runq_s, -1.0)" if "runq_s" in fetch else "-1.0",
+    )
 
 
 def lean_batches(
@@ -50,11 +64,12 @@ def lean_batches(
         if not edge.empty:
             where += " AND (b.epoch, b.idx) > (?, ?)"
             params += [int(edge["epoch"].iloc[0]), int(edge["idx"].iloc[0])]
+    select = _select(reader)
     if last_batches is not None:
-        sql = f"{_SELECT} {BATCH_JOIN} {where} ORDER BY b.epoch DESC, b.idx DESC LIMIT ?"
+        sql = f"{select} {BATCH_JOIN} {where} ORDER BY b.epoch DESC, b.idx DESC LIMIT ?"
         params.append(int(last_batches))
     else:
-        sql = f"{_SELECT} {BATCH_JOIN} {where} ORDER BY b.epoch, b.idx"
+        sql = f"{select} {BATCH_JOIN} {where} ORDER BY b.epoch, b.idx"
     with reader.connect() as conn:
         rows = conn.execute(sql, params).fetchall()
     values = np.array(rows, dtype=np.float64).reshape(-1, len(LEAN_COLUMNS))

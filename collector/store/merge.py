@@ -176,6 +176,13 @@ def _copy_rows(conn: sqlite3.Connection, old_id: int, new_id: int) -> int:
         " FROM src.worker_fetches WHERE run_id = ? ORDER BY worker_pid, worker_incarnation, worker_seq",
         (new_id, old_id),
     )
+    x = [c for c in _shared_columns(conn, "worker_exits") if c != "run_id"]
+    if x:  # both files have it (schema 3)
+        conn.execute(
+            f"INSERT OR IGNORE INTO main.worker_exits (run_id, {', '.join(x)}) SELECT ?, {', '.join(x)}"
+            " FROM src.worker_exits WHERE run_id = ?",
+            (new_id, old_id),
+        )
     e = [c for c in _shared_columns(conn, "epochs") if c != "run_id"]
     conn.execute(
         f"INSERT INTO main.epochs (run_id, {', '.join(e)}) SELECT ?, {', '.join(e)} FROM src.epochs"
@@ -183,7 +190,8 @@ def _copy_rows(conn: sqlite3.Connection, old_id: int, new_id: int) -> int:
         " ended_at = COALESCE(excluded.ended_at, ended_at), first_batch_s = COALESCE(excluded.first_batch_s,"
         " first_batch_s), batches = MAX(IFNULL(excluded.batches, 0), IFNULL(batches, 0)),"
         " worker_pids = COALESCE(excluded.worker_pids, worker_pids)"
-        " WHERE excluded.ended_at IS NOT ended_at OR excluded.batches IS NOT batches",
+        + (", end_wait_s = COALESCE(excluded.end_wait_s, end_wait_s)" if "end_wait_s" in e else "")
+        + " WHERE excluded.ended_at IS NOT ended_at OR excluded.batches IS NOT batches",
         (new_id, old_id),
     )
     for table in SAMPLE_TABLES:

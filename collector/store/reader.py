@@ -12,6 +12,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from collector.errors import CannotRead, NotAStallwatchFile, UnknownRun
@@ -182,7 +183,18 @@ class Reader:
     def epochs(self, run_id: int) -> pd.DataFrame:
         df = self.frame("SELECT * FROM epochs WHERE run_id = ? ORDER BY epoch", (run_id,))
         df["worker_pids"] = [json.loads(v) if v else [] for v in df["worker_pids"]]
+        if "end_wait_s" not in df:  # an older file: NOTE [ Schema versions ]
+            df["end_wait_s"] = np.nan
         return df
+
+    def worker_exits(self, run_id: int) -> pd.DataFrame:
+        """Each worker's whole-life CPU and run-queue wait (NOTE [ Worker totals ]); empty for older files."""
+        columns = ["worker_pid", "worker_id", "started_at", "ended_at", "cpu_s", "runq_s"]
+        if not self.scalar("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'worker_exits'"):
+            return pd.DataFrame(columns=columns, dtype=float)  # a file from before schema 3
+        return self.frame(
+            f"SELECT {', '.join(columns)} FROM worker_exits WHERE run_id = ? ORDER BY started_at", (run_id,)
+        )
 
     def worker_fetches(self, run_id: int, since_ts: float | None = None) -> pd.DataFrame:
         where, params = _since("f", run_id, since_ts, ts_column="started_at")
@@ -200,7 +212,11 @@ class Reader:
 
     def proc_samples(self, run_id: int, since_ts: float | None = None) -> pd.DataFrame:
         where, params = _since("p", run_id, since_ts)
-        return self.frame(f"SELECT * FROM proc_samples p {where} ORDER BY p.ts", params)
+        df = self.frame(f"SELECT * FROM proc_samples p {where} ORDER BY p.ts", params)
+        for column in ("cpu_s", "runq_s", "threads"):  # an older file: NOTE [ Schema versions ]
+            if column not in df:
+                df[column] = np.nan
+        return df
 
 
 def _closed_folder(path: str) -> str | None:

@@ -15,7 +15,7 @@ def default_db_path(environ: Mapping[str, str] = os.environ) -> str:
     return environ.get(ENV_DB) or DEFAULT_DB
 
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # NOTE [ Schema versions ]
 # A file keeps the version it was created with until a newer stallwatch
@@ -26,6 +26,12 @@ SCHEMA_VERSION = 2
 #   2: runs.job_id and runs.stage (a distributed job's shared id; train / val
 #      / test / predict), runs.error_count, first_error, last_error (dataset
 #      errors the loop saw, caught or not), runs.exit_code, runs.dropped_samples.
+#   3: where the time goes (NOTE [ Where the time goes ] in
+#      collector/sample/schedstat.py): batches.load_runq_s, worker_fetches.runq_s,
+#      proc_samples.cpu_s, runq_s and threads (cumulative, every thread), the
+#      worker_exits table (each worker's whole life), epochs.end_wait_s (the
+#      final next() that ends the epoch), runs.torch_threads and
+#      runs.interop_threads.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     2: (
         "ALTER TABLE runs ADD COLUMN job_id TEXT",
@@ -36,6 +42,20 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE runs ADD COLUMN exit_code INTEGER",
         "ALTER TABLE runs ADD COLUMN dropped_samples INTEGER NOT NULL DEFAULT 0",
     ),
+    3: (
+        "ALTER TABLE runs ADD COLUMN torch_threads INTEGER",
+        "ALTER TABLE runs ADD COLUMN interop_threads INTEGER",
+        "ALTER TABLE epochs ADD COLUMN end_wait_s REAL",
+        "ALTER TABLE batches ADD COLUMN load_runq_s REAL",
+        "ALTER TABLE worker_fetches ADD COLUMN runq_s REAL",
+        "ALTER TABLE proc_samples ADD COLUMN cpu_s REAL",
+        "ALTER TABLE proc_samples ADD COLUMN runq_s REAL",
+        "ALTER TABLE proc_samples ADD COLUMN threads INTEGER",
+        "CREATE TABLE IF NOT EXISTS worker_exits ("
+        " run_id INTEGER NOT NULL REFERENCES runs(id), worker_pid INTEGER NOT NULL, worker_id INTEGER NOT NULL,"
+        " started_at REAL NOT NULL, ended_at REAL NOT NULL, cpu_s REAL NOT NULL, runq_s REAL,"
+        " PRIMARY KEY (run_id, worker_pid, started_at)) WITHOUT ROWID",
+    ),
 }
 RUN_DEFAULTS: dict[str, object] = {
     "job_id": None,
@@ -45,6 +65,8 @@ RUN_DEFAULTS: dict[str, object] = {
     "last_error": None,
     "exit_code": None,
     "dropped_samples": 0,
+    "torch_threads": None,
+    "interop_threads": None,
 }
 
 # NOTE [ Schema ]
@@ -85,7 +107,9 @@ CREATE TABLE IF NOT EXISTS runs (
     first_error TEXT,
     last_error TEXT,
     exit_code INTEGER,               -- the process's, when it exited non-zero
-    dropped_samples INTEGER NOT NULL DEFAULT 0  -- GPU/host/process samples lost
+    dropped_samples INTEGER NOT NULL DEFAULT 0,  -- GPU/host/process samples lost
+    torch_threads INTEGER,           -- torch.get_num_threads() in the training process (latest epoch)
+    interop_threads INTEGER          -- torch.get_num_interop_threads()
 );
 CREATE TABLE IF NOT EXISTS epochs (
     run_id INTEGER NOT NULL REFERENCES runs(id),
@@ -95,6 +119,7 @@ CREATE TABLE IF NOT EXISTS epochs (
     first_batch_s REAL,              -- iter() to the first batch: worker start-up
     batches INTEGER,
     worker_pids TEXT,                -- JSON list
+    end_wait_s REAL,                 -- the final next() that ends the epoch (and shuts workers down)
     PRIMARY KEY (run_id, epoch)
 );
 CREATE TABLE IF NOT EXISTS batches (
@@ -114,7 +139,8 @@ CREATE TABLE IF NOT EXISTS batches (
     nbytes INTEGER,
     pinned INTEGER,                  -- 1 if every tensor is in pinned memory
     gpu_idle_s REAL,                 -- GPU stream idle during the wait (CUDA events)
-    load_cpu_s REAL,                 -- CPU the training thread spent inside next() (sampled batches)
+    load_cpu_s REAL,                 -- CPU the loading threads spent inside next() (sampled batches)
+    load_runq_s REAL,                -- the training thread's wait for a core inside next() (sampled)
     PRIMARY KEY (run_id, epoch, idx)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS worker_fetches (
@@ -126,7 +152,18 @@ CREATE TABLE IF NOT EXISTS worker_fetches (
     started_at REAL NOT NULL,
     wall_s REAL NOT NULL,            -- __getitem__ + collate, wall clock
     cpu_s REAL NOT NULL,             -- CPU time the worker thread used for it
+    runq_s REAL,                     -- time it was runnable, waiting for a core (schedstat)
     PRIMARY KEY (run_id, worker_pid, worker_incarnation, worker_seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS worker_exits (
+    run_id INTEGER NOT NULL REFERENCES runs(id),
+    worker_pid INTEGER NOT NULL,
+    worker_id INTEGER NOT NULL,
+    started_at REAL NOT NULL,        -- the worker's own start (its init_fn)
+    ended_at REAL NOT NULL,          -- its exit
+    cpu_s REAL NOT NULL,             -- its whole life, every thread
+    runq_s REAL,                     -- its whole life waiting for a core
+    PRIMARY KEY (run_id, worker_pid, started_at)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS gpu_samples (
     run_id INTEGER NOT NULL REFERENCES runs(id),
@@ -156,7 +193,10 @@ CREATE TABLE IF NOT EXISTS proc_samples (
     cpu_pct REAL,                    -- 100 = one core busy
     rss_bytes INTEGER,
     uss_bytes INTEGER,
-    pss_bytes INTEGER
+    pss_bytes INTEGER,
+    cpu_s REAL,                      -- cumulative CPU seconds, every thread (schedstat)
+    runq_s REAL,                     -- cumulative seconds runnable, waiting for a core
+    threads INTEGER
 );
 CREATE INDEX IF NOT EXISTS proc_samples_run_ts ON proc_samples (run_id, ts);
 """

@@ -27,13 +27,14 @@ from collector.sample.sampler import Rates
 #   fast       clocks only, from a plain loop's Timer (NOTE [ Compiled hot loop ])
 #   queue      fast + the loader's queue and the worker that produced the batch
 #   rich       queue + the batch's size and whether it is pinned
-#   sampled    rich + the main thread's CPU during next(): batches also described
+#   sampled    rich + the loading threads' CPU and the training thread's wait for a
+#              core during next() (NOTE [ Loading CPU in the main process ]): batches also described
 #   described  as sampled, from the plain loop: its batch is also among a
 #              Timer's clock pairs, so it replaces that row and is not counted twice
 FAST = ("epoch", "idx", "t_request_ns", "t_return_ns", "t_prev_return_ns")
 QUEUE = (*FAST, "ready", "in_flight", "worker_id", "worker_pid", "worker_incarnation", "worker_seq")
 RICH = (*QUEUE, "samples", "nbytes", "pinned")
-SAMPLED = (*RICH, "load_cpu_ns")
+SAMPLED = (*RICH, "load_cpu_ns", "load_runq_ns")
 LAYOUTS: dict[str, tuple[str, ...]] = {
     "fast": FAST,
     "queue": QUEUE,
@@ -42,7 +43,9 @@ LAYOUTS: dict[str, tuple[str, ...]] = {
     "described": SAMPLED,
 }
 # A worker's fetch timing (NOTE [ Worker timing ]): float64 values in a shared-memory ring, then a frame.
-FETCH = ("worker_pid", "worker_id", "incarnation", "seq", "started_at", "wall_s", "cpu_s")
+# An entry with seq < 0 is the worker's whole life, sent as it exits (NOTE [ Worker totals ]):
+# started_at, wall_s (its lifetime), cpu_s and runq_s, stored in worker_exits.
+FETCH = ("worker_pid", "worker_id", "incarnation", "seq", "started_at", "wall_s", "cpu_s", "runq_s")
 CLOCKS = len(FAST)  # every layout starts with the fast fields
 EPOCH, IDX, T_RETURN = FAST.index("epoch"), FAST.index("idx"), FAST.index("t_return_ns")
 PAIR_BYTES = 16  # a Timer's (t_request_ns, t_return_ns) pair: two int64
@@ -99,6 +102,7 @@ class EpochRow:
     first_batch_s: float | None = None
     batches: int = 0
     worker_pids_json: str = "[]"  # the sampler follows the newest epoch's workers through it
+    end_wait_s: float | None = None  # the final next(), the one that ended the epoch
 
 
 @dataclass

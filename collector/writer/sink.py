@@ -15,7 +15,14 @@ from typing import Any
 
 from collector.errors import StallwatchError
 from collector.sample.sampler import HostFactory, NvmlFactory, Sampler
-from collector.store.connection import GPU_IDLE_UPDATE, Store, batch_insert_sql, cannot_write, fetch_insert_sql
+from collector.store.connection import (
+    GPU_IDLE_UPDATE,
+    Store,
+    batch_insert_sql,
+    cannot_write,
+    exit_insert_sql,
+    fetch_insert_sql,
+)
 from collector.writer.frames import (
     CLOCKS,
     FETCH,
@@ -94,6 +101,7 @@ class Sink:
             for name, layout in LAYOUTS.items()
         }
         self._fetch_sql = fetch_insert_sql(run_id)
+        self._exit_sql = exit_insert_sql(run_id)
         return store, run_id
 
     def tell_taken(self) -> None:
@@ -155,7 +163,11 @@ class Sink:
         ]
         statements += [(self._batch_sql[shape], chunk) for shape, chunk in flush.records.items() if chunk]
         if flush.fetches:
-            statements.append((self._fetch_sql, _fetch_rows(flush.fetches)))
+            fetches, exits = _fetch_rows(flush.fetches)
+            if fetches:
+                statements.append((self._fetch_sql, fetches))
+            if exits:
+                statements.append((self._exit_sql, exits))
         if flush.idle:
             statements.append((GPU_IDLE_UPDATE, [(s, run_id, key[0], key[1]) for key, s in flush.idle]))
         sample_rows = {table: [(run_id, *row) for row in rows] for table, rows in samples.items()}
@@ -236,8 +248,19 @@ def _identity(path: str) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
-def _fetch_rows(segments: list[bytes]) -> list[tuple[float, ...]]:
+def _fetch_rows(segments: list[bytes]) -> tuple[list[tuple[float | None, ...]], list[tuple[float | None, ...]]]:
+    """(fetch rows, worker exit rows) from ring segments; NaN (not measured) becomes NULL."""
     values = array("d")
     for segment in segments:
         values.frombytes(segment)
-    return list(zip(*[iter(values)] * len(FETCH), strict=True))
+    fetches: list[tuple[float | None, ...]] = []
+    exits: list[tuple[float | None, ...]] = []
+    seq = FETCH.index("seq")
+    for row in zip(*[iter(values)] * len(FETCH), strict=True):
+        clean = tuple(None if v != v else v for v in row)
+        if row[seq] < 0:
+            pid, worker_id, _, _, started_at, life_s, cpu_s, runq_s = clean
+            exits.append((pid, worker_id, started_at, (started_at or 0.0) + (life_s or 0.0), cpu_s, runq_s))
+        else:
+            fetches.append(clean)
+    return fetches, exits
