@@ -151,3 +151,23 @@ def test_lightning_runs_name_the_hook_to_change(tmp_path: Path, stage: str, hook
     assert line is not None and line.endswith(f"# in {hook}() of your LightningDataModule or LightningModule")
     assert ("shuffle=True" in line) is (stage == "train")  # Lightning builds its DistributedSampler from it
     construct(line, dataset, {k: v for k, v in kwargs.items() if k != "sampler"}, tmp_path)
+
+
+def test_settings_that_need_workers_are_dropped_when_the_advice_is_no_workers():
+    """The epoch-stall demo once got num_workers=0 and persistent_workers=True together: a line that raises."""
+    from torch.utils.data import DataLoader
+
+    from collector.diagnosis.findings import Suggestion
+    from collector.diagnosis.suggest import constructible
+
+    both = [
+        Suggestion("num_workers", 2, 0, "no workers", 1.2),
+        Suggestion("persistent_workers", False, True, "keep them", 1.1),
+        Suggestion("prefetch_factor", 2, 4, "deeper", 1.1),
+    ]
+    kept = constructible(both)
+    assert [s.parameter for s in kept] == ["num_workers"]
+    DataLoader(list(range(4)), **{s.parameter: s.suggested for s in kept})  # constructs
+    with pytest.raises(ValueError):
+        DataLoader(list(range(4)), **{s.parameter: s.suggested for s in both})
+    assert constructible(both[1:]) == both[1:]  # with workers, nothing is dropped

@@ -110,7 +110,17 @@ def suggest(
                 f"the loop's own {ms(model.step_cpu_s)}, the {model.free_cores:.1f} free cores cap the run at "
                 f"{model.cpu_limit():.0f} batches/s. What would: " + "; ".join(REMEDIES) + "."
             )
-    return out, notes
+    return constructible(out), notes
+
+
+WORKER_ONLY = ("persistent_workers", "prefetch_factor")  # DataLoader raises ValueError for these without workers
+
+
+def constructible(suggestions: list[Suggestion]) -> list[Suggestion]:
+    """Drop the settings a suggested ``num_workers=0`` makes invalid, so the pasted line constructs."""
+    if not any(s.parameter == "num_workers" and s.suggested == 0 for s in suggestions):
+        return suggestions
+    return [s for s in suggestions if s.parameter not in WORKER_ONLY]
 
 
 def _num_workers(
