@@ -44,9 +44,9 @@ import collector
 from collector.record import session as watcher
 from collector.record.hotloop import COMPILED, PyTimer, py_epoch
 from collector.sample.sampler import Rates
+from collector.writer.channel import ProcessLink
 from collector.writer.frames import Flush, Open, RunStart
 from collector.writer.link import connect, launch
-from collector.writer.process import ProcessLink
 
 PAUSE_S = 0.22  # before each turn: longer than one flush interval, so no backlog crosses turns
 MIN_TURN_BATCHES = 1_000

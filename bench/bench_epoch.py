@@ -60,7 +60,7 @@ def measure(start: str, workers: int, epochs: int, db: str) -> dict[str, list[tu
     data = TensorDataset(torch.randn(256, 3, 32, 32), torch.arange(256))
     loader = DataLoader(data, batch_size=32, num_workers=workers, multiprocessing_context=start)
     watched = collector.watch(loader, db=db, run=f"bench-epoch-{start}")
-    session = watched._session
+    session = watched._stallwatch_start()  # the session starts on first use
     original_open = session._open_iterator
     original_attach = loader_probe.attach
 

@@ -37,8 +37,8 @@ def ticking(pause_s: float = 0.0005) -> Iterator[int]:
 class Recording:
     """A watched endless loader, iterated on demand from the test thread."""
 
-    def __init__(self, db: str, host_hz: float = 5.0) -> None:
-        self.loader = collector.watch(ticking(), db=db, run="faulty", gpu_hz=0, host_hz=host_hz)
+    def __init__(self, db: str, host_hz: float = 5.0, name: str = "faulty") -> None:
+        self.loader = collector.watch(ticking(), db=db, run=name, gpu_hz=0, host_hz=host_hz)
         assert self.loader.run_id is not None
         self.monitor = self.loader._stallwatch_start().monitor
         self.db = db
@@ -275,3 +275,63 @@ def test_a_disk_full_at_close_is_retried_and_the_end_written_once_space_returns(
     got = accounts(db)
     assert_every_loss_counted(rec, got)
     assert wait_until(lambda: writers_alive() == [], timeout_s=5), [(p.pid, p.status()) for p in writers_alive()]
+
+
+# NOTE [ One writer a process ] in collector/writer/process.py: the runs of one process share a writer.
+
+
+def test_the_loaders_of_one_process_share_one_writer_which_ends_with_the_last_of_them(db_path):
+    train, val = Recording(db_path, name="train"), Recording(db_path, name="val")
+    train.take(300)
+    val.take(100)
+    assert train.writer_pid == val.writer_pid and len(writers_alive()) == 1
+    train.close()
+    assert [p.pid for p in writers_alive()] == [val.writer_pid], "the writer stays while a run is on it"
+    val.take(100)
+    val.close()
+    assert wait_until(lambda: writers_alive() == [], timeout_s=5)
+    for rec, name in ((train, "train"), (val, "val")):
+        got = accounts(db_path, name)
+        assert got["status"] == "completed" and got["rows"] == rec.iterated and got["dropped_records"] == 0
+        assert got["sample_rows"] + got["dropped_samples"] == rec.samples_taken() > 0  # each run sampled
+    later = Recording(db_path, name="later")  # after the last close: a new writer
+    later.take(50)
+    assert later.writer_pid not in (None, train.writer_pid)
+    later.close()
+    assert accounts(db_path, "later")["rows"] == 50
+
+
+def test_a_killed_shared_writer_is_replaced_for_every_run_on_it_and_each_keeps_its_accounts(db_path):
+    train, val = Recording(db_path, name="train"), Recording(db_path, name="val")
+    train.take(500)
+    val.take(200)
+    old = train.writer_pid
+    assert old is not None and val.writer_pid == old
+    os.kill(old, signal.SIGKILL)
+    train.take_until(lambda: train.writer_pid not in (None, old))
+    val.take_until(lambda: val.writer_pid not in (None, old))
+    assert train.writer_pid == val.writer_pid, "the replacement is shared too"
+    train.take(500)
+    val.take(200)
+    train.close()
+    val.close()
+    for rec, name in ((train, "train"), (val, "val")):
+        got = accounts(db_path, name)
+        assert got["status"] == "completed"
+        assert_every_loss_counted(rec, got)
+        assert "was killed (signal 9); a new one took over" in got["warnings"]
+    assert wait_until(lambda: writers_alive() == [], timeout_s=5)
+
+
+def test_a_run_whose_file_cannot_be_opened_leaves_the_shared_writer_to_the_others(db_path, tmp_path):
+    ok = Recording(db_path, name="ok")
+    ok.take(100)
+    bad = tmp_path / "not-a-database.sqlite"
+    bad.write_bytes(b"this is not SQLite" * 100)
+    with pytest.warns(collector.CollectorWarning, match="cannot record"):
+        unrecorded = collector.watch(range(10), db=str(bad), run="bad", gpu_hz=0, host_hz=0)
+        assert list(unrecorded) == list(range(10))
+    ok.take(100)
+    assert [p.pid for p in writers_alive()] == [ok.writer_pid]
+    ok.close()
+    assert accounts(db_path, "ok")["rows"] == 200

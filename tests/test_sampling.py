@@ -24,7 +24,8 @@ from collector.sample.host import HostSampler
 from collector.sample.nvml import Nvml
 from collector.sample.sampler import Rates, Sampler
 from collector.store.reader import Reader
-from collector.writer.frames import WAITED, Close, FrameReader, decode_frame, encode_frame, frame_bytes
+from collector.writer.frames import Close, decode_frame, encode_frame, frame_bytes
+from collector.writer.pipe import WAITED, FrameReader
 
 
 def with_fake_nvml(fake):

@@ -1,4 +1,4 @@
-"""The writer process: a run's frames arrive on stdin and go into SQLite; replies leave on stdout.
+"""The writer process: the frames of every run of one training process arrive on stdin and go into SQLite; replies leave on stdout.
 
 The monitor starts it (collector/writer/process.py); the writing itself is the Sink (collector/writer/sink.py).
 """
@@ -11,23 +11,23 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 from collector.sample.host import end_orphans
 from collector.writer.frames import (
-    WAITED,
+    PROCESS_CHANNEL,
     Alive,
     Close,
+    Closed,
     Flush,
-    FrameReader,
     Open,
     Reply,
     RunCreated,
-    decode_frame,
-    encode_replies,
+    decode_message,
+    encode_channel_replies,
     open_failure,
-    write_frame,
 )
+from collector.writer.pipe import WAITED, FrameReader, write_frame
 from collector.writer.sink import PING_INTERVAL_S, Sink
 
 __all__ = ["Sink", "main"]
@@ -42,7 +42,7 @@ __all__ = ["Sink", "main"]
 # them, once per flush, and this process, with its own interpreter and GIL,
 # turns them into rows. Frames (NOTE [ Frames ]) arrive on its stdin, its
 # replies leave on its stdout. It ignores Ctrl-C (the training process
-# decides how the run ends) and exits on the close frame or at the end of its
+# decides how the run ends) and exits on the last run's close frame or at the end of its
 # input, so it never outlives a killed training process for long. Where it
 # cannot start, the same Sink runs inside the monitor thread
 # (collector/writer/link.py). The Sink also owns the run's Sampler: see NOTE
@@ -56,9 +56,9 @@ class Replies:
         self._stream = stream
         self._lock = threading.Lock()
 
-    def send(self, replies: list[Reply]) -> None:
+    def send(self, replies: list[Reply], channel: int = PROCESS_CHANNEL) -> None:
         with self._lock:
-            write_frame(self._stream, encode_replies(replies))
+            write_frame(self._stream, encode_channel_replies(channel, replies))
 
     def ping_forever(self) -> None:
         with contextlib.suppress(OSError, ValueError):
@@ -67,49 +67,90 @@ class Replies:
                 self.send([Alive()])
 
 
+class Runs:
+    """The runs this writer serves, one Sink a channel (NOTE [ One writer a process ] in process.py)."""
+
+    def __init__(self, replies: Replies) -> None:
+        self.replies = replies
+        self.sinks: dict[int, Sink] = {}
+        self.parent = os.getppid()
+        self.orphans: list[tuple[list[int], int, float]] = []  # (worker pids, training pid, wall0) of closed runs
+
+    def due(self) -> float:
+        return min((sink.sampler.due() for sink in self.sinks.values()), default=float("inf"))
+
+    def sample(self) -> None:
+        now = time.monotonic()
+        for channel, sink in self.sinks.items():
+            if sink.sampler.due() <= now:
+                sink.sampler.sample()
+                sink.tell_taken()
+                self.send(channel, sink.take_messages())
+
+    def open(self, channel: int, opening: Open) -> None:
+        try:
+            sink = Sink(opening, tell=lambda replies: self.replies.send(replies, channel))
+        except Exception as exc:  # noqa: BLE001 - unwritable path, full disk, foreign file: told to the parent
+            self.replies.send([open_failure(opening.db_path, exc)], channel)
+            return
+        self.sinks[channel] = sink
+        self.replies.send([RunCreated(sink.run_id), *sink.take_messages()], channel)
+
+    def write(self, channel: int, flush: Flush) -> None:
+        sink = self.sinks.get(channel)
+        if sink is not None:
+            self.send(channel, sink.write(flush))
+
+    def close(self, channel: int) -> None:
+        """Finish one run; its last reply is Closed."""
+        sink = self.sinks.pop(channel, None)
+        messages: list[Reply] = []
+        if sink is not None:
+            self.orphans.append((sink.sampler.workers(), sink.opening.start.pid, sink.opening.wall0_s))
+            messages = sink.close(keep_trying=lambda: os.getppid() == self.parent)
+        with contextlib.suppress(OSError):
+            self.replies.send([*messages, Closed()], channel)
+
+    def send(self, channel: int, messages: list[Reply]) -> None:
+        if messages:
+            self.replies.send(messages, channel)
+
+
 def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     incoming, replies = FrameReader(sys.stdin.fileno()), Replies(sys.stdout.buffer)
     threading.Thread(target=replies.ping_forever, name="stallwatch-ping", daemon=True).start()
-    opening = decode_frame(incoming.next(None))
-    if not isinstance(opening, Open):
-        return
-    try:
-        sink = Sink(opening, tell=replies.send)
-    except Exception as exc:  # noqa: BLE001 - unwritable path, full disk, foreign file: told to the parent
-        replies.send([open_failure(opening.db_path, exc)])
-        return
-    replies.send([RunCreated(sink.run_id), *sink.take_messages()])
-    parent = os.getppid()
-    messages: list[Reply] = []
-    frame: Any = None
+    runs = Runs(replies)
+    closed_all = False
     try:
         while True:
-            payload = incoming.next(sink.sampler.due() - time.monotonic())
+            payload = incoming.next(runs.due() - time.monotonic())
             if payload is WAITED:
-                sink.sampler.sample()
-                sink.tell_taken()
-                messages = sink.take_messages()
-            else:
-                frame = decode_frame(payload)
-                if not isinstance(frame, Flush):  # the close frame, or the end of input: the training process is gone
+                runs.sample()
+                continue
+            if payload is None:
+                break  # the end of input: the training process is gone
+            channel, frame = decode_message(payload)
+            if isinstance(frame, Open):
+                runs.open(channel, frame)
+            elif isinstance(frame, Flush):
+                runs.write(channel, frame)
+            elif isinstance(frame, Close):
+                runs.close(channel)
+                if not runs.sinks:  # the parent sends no frame after the last run's Close
+                    closed_all = True
                     break
-                messages = sink.write(frame)
-            if messages:
-                replies.send(messages)
     finally:
-        workers = sink.sampler.workers()
-        messages = sink.close(keep_trying=lambda: os.getppid() == parent)
-        if messages:
-            with contextlib.suppress(OSError):
-                replies.send(messages)
+        for channel in list(runs.sinks):
+            runs.close(channel)
     # NOTE [ Orphaned workers ]
     # The end of input without a close frame: the training process died
     # (SIGKILL, OOM). Its DataLoader workers notice within 5 s, but one whose
     # result queue holds more than the pipe takes waits forever to flush it
     # to the dead parent; the writer knows their pids and ends them.
-    if not isinstance(frame, Close):
-        end_orphans(workers, opening.start.pid, opening.wall0_s)
+    if not closed_all:
+        for workers, pid, wall0_s in runs.orphans:
+            end_orphans(workers, pid, wall0_s)
 
 
 if __name__ == "__main__":

@@ -5,13 +5,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import marshal
-import os
-import select
 import struct
-import time
-from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, NamedTuple
+from typing import Any, NamedTuple
 
 from collector.sample.sampler import Rates
 
@@ -51,7 +47,6 @@ EPOCH, IDX, T_RETURN = FAST.index("epoch"), FAST.index("idx"), FAST.index("t_ret
 PAIR_BYTES = 16  # a Timer's (t_request_ns, t_return_ns) pair: two int64
 
 FRAME_HEADER = struct.Struct("<I")
-READ_BYTES = 1 << 20  # the pipe's size (collector/writer/link.py)
 
 
 @dataclass
@@ -158,13 +153,18 @@ class Alive(NamedTuple):
     """The writer's ping, also while it waits on SQLite (NOTE [ Writer health ])."""
 
 
-Reply = RunCreated | Warned | Unwritten | Taken | Alive
+class Closed(NamedTuple):
+    """The channel's run is finished (its Close written): the last reply on that channel."""
+
+
+Reply = RunCreated | Warned | Unwritten | Taken | Alive | Closed
 _REPLY_TAGS: dict[type, str] = {
     RunCreated: "run_id",
     Warned: "warn",
     Unwritten: "unwritten",
     Taken: "taken",
     Alive: "alive",
+    Closed: "closed",
 }
 _REPLY_TYPES = {tag: kind for kind, tag in _REPLY_TAGS.items()}
 
@@ -183,11 +183,41 @@ def open_failure(db_path: str, exc: BaseException) -> Warned:
 #   ("flush", records, timed, epoch_rows, fetches, idle, update, iterated)
 #   ("close",)
 # and the writer's replies are lists of ("run_id", id) | ("warn", key, text)
-# | ("unwritten", records) | ("taken", samples) | ("alive",). Epoch rows travel as tuples in EpochRow's order.
+# | ("unwritten", records) | ("taken", samples) | ("alive",) | ("closed",).
+# Epoch rows travel as tuples in EpochRow's order. On the pipe each frame and
+# each list of replies travels in an envelope (channel, message): one writer
+# serves every run of a training process, one channel a run (NOTE [ One
+# writer a process ] in collector/writer/process.py). Pings go on channel -1.
 Frame = Open | Flush | Close
+PROCESS_CHANNEL = -1  # replies about the writer itself (its pings), not about one run
+
+
+def encode_message(channel: int, frame: Frame) -> bytes:
+    """One frame for one channel, as it crosses the pipe."""
+    return frame_bytes((channel, frame_payload(frame)))
+
+
+def decode_message(payload: Any) -> tuple[int, Frame | None]:
+    """(channel, frame) from an envelope; (PROCESS_CHANNEL, None) for anything else."""
+    if not isinstance(payload, tuple) or len(payload) != 2 or not isinstance(payload[0], int):
+        return PROCESS_CHANNEL, None
+    return payload[0], decode_frame(payload[1])
+
+
+def encode_channel_replies(channel: int, replies: list[Reply]) -> bytes:
+    return frame_bytes((channel, [(_REPLY_TAGS[type(reply)], *reply) for reply in replies]))
+
+
+def decode_channel_replies(payload: tuple[int, list[tuple[Any, ...]]]) -> tuple[int, list[Reply]]:
+    channel, replies = payload
+    return channel, decode_replies(replies)
 
 
 def encode_frame(frame: Frame) -> bytes:
+    return frame_bytes(frame_payload(frame))
+
+
+def frame_payload(frame: Frame) -> tuple[Any, ...]:
     if isinstance(frame, Open):
         rates = (frame.rates.gpu_hz, frame.rates.host_hz)
         start = vars(frame.start)
@@ -206,7 +236,7 @@ def encode_frame(frame: Frame) -> bytes:
         payload = ("flush", frame.records, frame.timed, epochs, frame.fetches, frame.idle, frame.update, frame.iterated)
     else:
         payload = ("close",)
-    return frame_bytes(payload)
+    return payload
 
 
 def decode_frame(payload: Any) -> Frame | None:
@@ -225,10 +255,6 @@ def decode_frame(payload: Any) -> Frame | None:
     return None
 
 
-def encode_replies(replies: list[Reply]) -> bytes:
-    return frame_bytes([(_REPLY_TAGS[type(reply)], *reply) for reply in replies])
-
-
 def decode_replies(payload: list[tuple[Any, ...]]) -> list[Reply]:
     return [_REPLY_TYPES[tag](*rest) for tag, *rest in payload]
 
@@ -237,60 +263,3 @@ def frame_bytes(payload: Any) -> bytes:
     """One frame: a 4-byte length, then the marshal payload."""
     data = marshal.dumps(payload)
     return FRAME_HEADER.pack(len(data)) + data
-
-
-class FrameBuffer:
-    """Bytes in, whole payloads out: both ends of the pipe cut frames with it."""
-
-    def __init__(self) -> None:
-        self._data = bytearray()
-
-    def feed(self, chunk: bytes) -> list[Any]:
-        data = self._data
-        data += chunk
-        payloads = []
-        pos = 0
-        with memoryview(data) as view:
-            while len(data) - pos >= FRAME_HEADER.size:
-                (size,) = FRAME_HEADER.unpack_from(data, pos)
-                end = pos + FRAME_HEADER.size + size
-                if end > len(data):
-                    break
-                payloads.append(marshal.loads(view[pos + FRAME_HEADER.size : end]))
-                pos = end
-        del data[:pos]
-        return payloads
-
-
-WAITED = ("waited",)  # FrameReader.next: the time ran out first
-
-
-class FrameReader:
-    """Whole payloads from a pipe, waiting at most a given time for the next."""
-
-    def __init__(self, fd: int) -> None:
-        self._fd = fd
-        self._buffer = FrameBuffer()
-        self._ready: deque[Any] = deque()
-        self._ended = False
-
-    def next(self, timeout_s: float | None) -> Any:
-        """The next payload; WAITED when ``timeout_s`` passed first; None at the end of input."""
-        deadline = None if timeout_s is None or timeout_s == float("inf") else time.monotonic() + timeout_s
-        while not self._ready:
-            if self._ended:
-                return None
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not select.select([self._fd], [], [], left)[0]:
-                return WAITED
-            chunk = os.read(self._fd, READ_BYTES)
-            if chunk:
-                self._ready.extend(self._buffer.feed(chunk))
-            else:
-                self._ended = True  # a cut-off frame counts as the end
-        return self._ready.popleft()
-
-
-def write_frame(stream: BinaryIO, data: bytes) -> None:
-    stream.write(data)
-    stream.flush()

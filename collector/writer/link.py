@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Protocol
 
 from collector.sample.sampler import HostFactory, NvmlFactory
+from collector.writer.channel import ProcessLink
 from collector.writer.child import Sink
 from collector.writer.frames import Flush, Open, Reply, RunCreated, open_failure
-from collector.writer.process import ProcessLink
 
 START_TIMEOUT_S = 15.0
 
@@ -88,8 +88,7 @@ def connect(
         if replies is not None:
             if any(isinstance(reply, RunCreated) for reply in replies):
                 return launched, replies
-            launched.wait(START_TIMEOUT_S)  # it could not open the file and is exiting
-            launched.kill()
+            launched.close(START_TIMEOUT_S)  # it could not open the file: this run's channel ends
             return None, replies
     try:
         sink = Sink(opening, nvml_factory=nvml_factory, host_factory=host_factory)

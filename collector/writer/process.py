@@ -1,4 +1,4 @@
-"""The writer child process: started with posix_spawn, fed frames without blocking, watched for silence."""
+"""The writer child process, one a training process: started with posix_spawn, fed frames without blocking, watched for silence."""
 
 from __future__ import annotations
 
@@ -11,25 +11,25 @@ import sys
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 
 from collector.writer.frames import (
-    READ_BYTES,
     Alive,
     Close,
     Flush,
-    FrameBuffer,
     Open,
     Reply,
-    Warned,
-    decode_replies,
-    encode_frame,
+    decode_channel_replies,
+    encode_message,
 )
+from collector.writer.pipe import READ_BYTES, FrameBuffer
 
 PIPE_BYTES = READ_BYTES  # one flush of a 100k batches/s loop, so the monitor rarely waits
 F_SETPIPE_SZ = 1031  # Linux; elsewhere the default pipe size only means more round trips
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding collector/
-# Isolated (-I: no working directory, no PYTHON* variables on the path), the
+# Isolated (-I: no working directory, no PYTHON* variables on the path; -S:
+# no site, whose .pth files cost a writer about 25 ms of CPU), the
 # standard library imported first, then this very copy of collector: the
 # writer runs the same code as its parent whatever the user's sys.path.
 # The parent's other absolute path entries come last, so psutil and pynvml
@@ -58,10 +58,25 @@ STARTUP_GRACE_S = 10.0
 MAX_BACKLOG_BYTES = 16 << 20
 
 
-class ProcessLink:
-    """The writer child (collector.writer.child), fed through a pipe. See NOTE [ Writer process ]."""
+# NOTE [ One writer a process ]
+# A training process often iterates several loaders (train and val, a
+# framework's sanity check): one writer child serves them all, each run on a
+# channel of its own (NOTE [ Frames ]). A writer costs about 0.1 s of CPU to
+# start (an interpreter, psutil, NVML) and its pings and sampling run all
+# the time, on the very cores the job fills (issue 15's real-loop bench). So
+# the first run of a process starts it, later runs open a channel on it, and
+# the last run's Close ends it; a run that starts after that starts the next
+# one. Its health is every channel's: a writer one run finds dead or stuck
+# (and kills) is replaced, on a new child, by each run that was on it.
 
-    def __init__(self, opening: Open) -> None:
+
+class WriterProcess:
+    """The writer child (collector.writer.child) and its two pipes; shared by the runs on it (collector/writer/channel.py).
+
+    Every method takes the lock: the runs' monitor threads call in concurrently.
+    """
+
+    def __init__(self) -> None:
         frames_r, self._frames = _pipe()
         self._replies, replies_w = _pipe()
         try:
@@ -69,7 +84,7 @@ class ProcessLink:
             # it is safe from any thread while workers fork (NOTE [ Forked children ]).
             self.pid = os.posix_spawn(
                 sys.executable,
-                [sys.executable, "-I", "-c", BOOT.format(root=PACKAGE_ROOT, path=_parent_path())],
+                [sys.executable, "-I", "-S", "-c", BOOT.format(root=PACKAGE_ROOT, path=_parent_path())],
                 dict(os.environ),
                 file_actions=[
                     (os.POSIX_SPAWN_DUP2, frames_r, 0),
@@ -89,64 +104,89 @@ class ProcessLink:
             fcntl.fcntl(self._frames, F_SETPIPE_SZ, PIPE_BYTES)
         os.set_blocking(self._frames, False)
         os.set_blocking(self._replies, False)
+        self.lock = threading.RLock()
         self._incoming = FrameBuffer()
-        self._out = bytearray(encode_frame(opening))
-        self._eof = False
+        self._out = bytearray()
+        self._inboxes: dict[int, list[Reply]] = {}  # channel -> replies not yet taken
+        self._next_channel = 0
+        self.open_channels = 0
+        self.retired = False  # the last run's Close went out: no run joins it any more
+        self.eof = False
         self.exit_status: int | None = None
         self.started_at = self.heard_at = time.monotonic()
         self.answered = False  # anything heard yet
-        _links.add(self)
-        self.pump()
+        _processes.add(self)
 
-    def first_reply(self, timeout_s: float) -> list[Reply] | None:
-        """The child's answer to Open, or None if it died or never answered."""
-        deadline = time.monotonic() + timeout_s
-        while not (replies := self.messages()) and not self._eof:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([self._replies], [], [], left)[0]:
-                break
-        if not replies:
-            replies = self.kill()
-            return replies or None
-        return replies
+    @property
+    def replies_fd(self) -> int:
+        return self._replies
 
-    def send(self, flush: Flush) -> bool:
-        """Queue a frame; False (the frame refused) when the writer has not read the last MAX_BACKLOG_BYTES."""
-        if len(self._out) > MAX_BACKLOG_BYTES:
+    @property
+    def frames_fd(self) -> int:
+        return self._frames
+
+    def open_channel(self, opening: Open) -> int:
+        with self.lock:
+            channel = self._next_channel
+            self._next_channel += 1
+            self._inboxes[channel] = []
+            self.open_channels += 1
+            self._out += encode_message(channel, opening)
             self.pump()
-            if len(self._out) > MAX_BACKLOG_BYTES:
-                return False
-        self._out += encode_frame(flush)
-        self.pump()
-        return True
+            return channel
+
+    def send(self, channel: int, frame: Flush | Close) -> bool:
+        """Queue a frame; False (the frame refused) when the writer has not read the last MAX_BACKLOG_BYTES."""
+        with self.lock:
+            if len(self._out) > MAX_BACKLOG_BYTES and isinstance(frame, Flush):
+                self.pump()
+                if len(self._out) > MAX_BACKLOG_BYTES:
+                    return False
+            self._out += encode_message(channel, frame)
+            self.pump()
+            return True
+
+    def backlog(self) -> int:
+        return len(self._out)
 
     def pump(self) -> None:
         """Write what the pipe takes now; raises OSError when the writer is gone."""
-        out = self._out
-        while out:
-            try:
-                written = os.write(self._frames, out)
-            except BlockingIOError:
-                return
-            del out[:written]
+        with self.lock:
+            out = self._out
+            while out:
+                try:
+                    written = os.write(self._frames, out)
+                except BlockingIOError:
+                    return
+                del out[:written]
 
-    def due(self) -> float:
-        return float("inf")  # the child samples on its own clock
+    def take(self, channel: int) -> list[Reply]:
+        """The channel's replies that have arrived, without waiting (the writer's pings are not among them)."""
+        with self.lock:
+            self.read()
+            inbox = self._inboxes.get(channel)
+            if not inbox:
+                return []
+            out = list(inbox)
+            inbox.clear()
+            return out
 
-    def sample(self) -> None:
-        pass
-
-    def messages(self) -> list[Reply]:
-        """Replies that have arrived, without waiting (the writer's pings are not among them)."""
-        out: list[Reply] = []
-        with contextlib.suppress(BlockingIOError):
+    def read(self) -> None:
+        """Move whatever arrived into the channels' inboxes."""
+        with self.lock, contextlib.suppress(BlockingIOError, OSError):
             while chunk := os.read(self._replies, 1 << 16):
                 self.heard_at = time.monotonic()
                 self.answered = True
                 for payload in self._incoming.feed(chunk):
-                    out.extend(r for r in decode_replies(payload) if not isinstance(r, Alive))
-            self._eof = True
-        return out
+                    to, replies = decode_channel_replies(payload)
+                    inbox = self._inboxes.get(to)
+                    if inbox is not None:
+                        inbox.extend(r for r in replies if not isinstance(r, Alive))
+            self.eof = True
+
+    def release(self, channel: int) -> None:
+        with self.lock:
+            self._inboxes.pop(channel, None)
 
     def health(self) -> str:
         """ "ok", "dead" (the process exited) or "stuck" (silent too long). See NOTE [ Writer health ]."""
@@ -159,78 +199,53 @@ class ProcessLink:
 
     def poll(self) -> int | None:
         """The exit status once the child has ended (negative: the signal that ended it)."""
-        if self.exit_status is None:
-            try:
-                pid, status = os.waitpid(self.pid, os.WNOHANG)
-            except ChildProcessError:  # reaped elsewhere (SIGCHLD ignored): gone all the same
-                self.exit_status = -1
-            else:
-                if pid:
-                    self.exit_status = os.waitstatus_to_exitcode(status)
-        return self.exit_status
+        with self.lock:
+            if self.exit_status is None:
+                try:
+                    pid, status = os.waitpid(self.pid, os.WNOHANG)
+                except ChildProcessError:  # reaped elsewhere (SIGCHLD ignored): gone all the same
+                    self.exit_status = -1
+                else:
+                    if pid:
+                        self.exit_status = os.waitstatus_to_exitcode(status)
+            return self.exit_status
 
     def wait(self, timeout_s: float) -> int | None:
-        """Wait for the child's exit (its replies read meanwhile while its pipe is open)."""
+        """Wait for the child's exit (the replies read meanwhile, while its pipe is open, kept for their channels)."""
         deadline = time.monotonic() + timeout_s
         while self.poll() is None and time.monotonic() < deadline:
             if self._replies >= 0:
                 with contextlib.suppress(OSError, ValueError):
                     select.select([self._replies], [], [], min(0.02, max(0.0, deadline - time.monotonic())))
-                    self.messages()
+                    self.read()
                     continue
             time.sleep(0.05)
         return self.poll()
 
-    def kill(self) -> list[Reply]:
-        """SIGKILL (a stopped process dies of it too), reap, close the pipes; the replies it left in the pipe."""
+    def kill(self) -> None:
+        """SIGKILL (a stopped process dies of it too), reap, close the pipes: for every run on it."""
+        self.retired = True
         if self.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signal.SIGKILL)
             self.wait(5.0)
-        left = []
-        with contextlib.suppress(OSError):
-            left = self.messages()
-        self._close_fds()
-        return left
+        self.read()
+        self.close_fds()
 
-    def _close_fds(self) -> None:
-        _links.discard(self)
-        for fd in (self._frames, self._replies):
+    def close_input(self) -> None:
+        with self.lock:
             with contextlib.suppress(OSError):
-                os.close(fd)
-        self._frames = self._replies = -1
+                os.close(self._frames)
+            self._frames = -1
 
-    def close(self, timeout_s: float) -> list[Reply]:
-        """Tell the child to finish and wait up to ``timeout_s`` for it; a stuck child is killed.
-
-        A child that is alive but cannot write yet (a full disk: NOTE [ Final
-        state ]) is left to retry; it exits once the training process is gone.
-        """
-        deadline = time.monotonic() + timeout_s
-        out: list[Reply] = []
-        with contextlib.suppress(OSError):
-            self._out += encode_frame(Close())
-            while self._out and time.monotonic() < deadline and self.health() == "ok":
-                self.pump()
-                if self._out:
-                    select.select([], [self._frames], [], min(0.05, max(0.0, deadline - time.monotonic())))
-                out += self.messages()
-        with contextlib.suppress(OSError):
-            os.close(self._frames)
-        self._frames = -1
-        while self.poll() is None and time.monotonic() < deadline and self.health() == "ok":
-            select.select([self._replies], [], [], min(0.05, max(0.0, deadline - time.monotonic())))
-            out += self.messages()
-        out += self.messages()
-        if self.poll() is None:
-            if self.health() == "stuck" or self._out:
-                out += self.kill()
-                out.append(Warned("writer-stuck", "the writer process stopped responding; it was ended"))
-                return out
-            out.append(Warned("writer-slow", f"the writer could not finish within {timeout_s:.1f} s; it retries alone"))
-            threading.Thread(target=self.wait, args=(float("inf"),), name="stallwatch-reap", daemon=True).start()
-        self._close_fds()
-        return out
+    def close_fds(self) -> None:
+        with self.lock:
+            _processes.discard(self)
+            for fd in (self._frames, self._replies):
+                with contextlib.suppress(OSError):
+                    if fd >= 0:
+                        os.close(fd)
+            self._frames = self._replies = -1
 
 
 def _pipe() -> tuple[int, int]:
@@ -253,16 +268,19 @@ def _pipe() -> tuple[int, int]:
 # which cannot be forking workers at that moment. And a worker holding the
 # writer's input open would keep it from ever seeing the end of its input
 # should the training process die: so forked children close their copies.
-_links: weakref.WeakSet[ProcessLink] = weakref.WeakSet()
+_processes: weakref.WeakSet[WriterProcess] = weakref.WeakSet()
+_close_hooks: list[Callable[[], None]] = []  # collector/writer/channel.py forgets its shared writer
 
 
 def _close_in_child() -> None:
-    for link in list(_links):
-        for fd in (link._frames, link._replies):
+    for process in list(_processes):
+        for fd in (process._frames, process._replies):  # no lock: another thread may hold it in the parent
             if fd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(fd)
-    _links.clear()
+    _processes.clear()
+    for hook in _close_hooks:
+        hook()
 
 
 os.register_at_fork(after_in_child=_close_in_child)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 
 from collector.sample.sampler import HostFactory, NvmlFactory
+from collector.writer.channel import ProcessLink
 from collector.writer.frames import Flush, Open, Reply, RunCreated, Taken, Warned
 from collector.writer.link import Link, connect
-from collector.writer.process import ProcessLink
 
 MAX_RESTARTS = 3  # per run; then recording stops and only the end is tried once more
 RESTART_MIN_S = 0.3  # time a new writer needs to start and write a run's end

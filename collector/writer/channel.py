@@ -1,0 +1,148 @@
+"""One run's end of the shared writer process: the Link a run's Supervisor holds (NOTE [ One writer a process ])."""
+
+from __future__ import annotations
+
+import select
+import threading
+import time
+
+from collector.writer.frames import Close, Closed, Flush, Open, Reply, Warned
+from collector.writer.process import WriterProcess, _close_hooks
+
+_lock = threading.Lock()  # guards _current: which writer a starting run joins
+_current: WriterProcess | None = None
+
+
+def _join(opening: Open) -> tuple[WriterProcess, int]:
+    """The process's writer (started here when there is none, or it ended or is ending) and a new channel on it."""
+    global _current
+    with _lock:
+        process = _current
+        if process is None or process.retired or process.frames_fd < 0 or process.poll() is not None:
+            process = _current = WriterProcess()
+        return process, process.open_channel(opening)
+
+
+def _forget() -> None:
+    """In a forked child: the parent's writer is not this process's (NOTE [ Forked children ])."""
+    global _current
+    _current = None
+
+
+_close_hooks.append(_forget)
+
+
+class ProcessLink:
+    """One run on the shared writer child: frames out on its channel, its replies in. See NOTE [ Writer health ]."""
+
+    def __init__(self, opening: Open) -> None:
+        self.process, self.channel = _join(opening)
+        self.pid = self.process.pid
+        self._closed = False
+
+    def first_reply(self, timeout_s: float) -> list[Reply] | None:
+        """The child's answer to Open, or None if it died or never answered."""
+        process = self.process
+        deadline = time.monotonic() + timeout_s
+        while not (replies := self.messages()) and not process.eof:
+            left = deadline - time.monotonic()
+            if left <= 0 or process.poll() is not None:
+                break
+            self._select(min(left, 0.05))
+        if not replies:
+            return self.kill() or None
+        return replies
+
+    def _select(self, timeout_s: float) -> None:
+        fd = self.process.replies_fd
+        if fd < 0:
+            time.sleep(timeout_s)
+            return
+        try:
+            select.select([fd], [], [], timeout_s)
+        except (OSError, ValueError):  # another run closed it meanwhile
+            time.sleep(timeout_s)
+
+    def send(self, flush: Flush) -> bool:
+        return self.process.send(self.channel, flush)
+
+    def pump(self) -> None:
+        self.process.pump()
+
+    def due(self) -> float:
+        return float("inf")  # the child samples on its own clock
+
+    def sample(self) -> None:
+        pass
+
+    def messages(self) -> list[Reply]:
+        return self.process.take(self.channel)
+
+    def health(self) -> str:
+        return self.process.health()
+
+    def poll(self) -> int | None:
+        return self.process.poll()
+
+    def kill(self) -> list[Reply]:
+        """End the writer (for every run on it: each replaces it); the replies it left for this run."""
+        self.process.kill()
+        left = self.process.take(self.channel)
+        self.process.release(self.channel)
+        return left
+
+    def close(self, timeout_s: float) -> list[Reply]:
+        """Finish this run on the writer within ``timeout_s``; a stuck writer is killed.
+
+        The last run's Close ends the child: then this also waits for its
+        exit. A child that is alive but cannot write yet (a full disk: NOTE
+        [ Final state ]) is left to retry; it exits once the training process is gone.
+        """
+        process = self.process
+        deadline = time.monotonic() + timeout_s
+        out: list[Reply] = []
+        with process.lock:
+            process.open_channels -= 1
+            last = process.open_channels <= 0
+            if last:
+                process.retired = True
+            try:
+                process.send(self.channel, Close())
+            except OSError:
+                pass
+        done = False
+        while time.monotonic() < deadline and process.health() == "ok":
+            try:
+                process.pump()
+            except OSError:
+                break
+            out += self.messages()
+            if any(isinstance(r, Closed) for r in out):
+                done = True
+                break
+            self._select(min(0.05, max(0.0, deadline - time.monotonic())))
+        out += self.messages()
+        done = done or any(isinstance(r, Closed) for r in out)
+        out = [r for r in out if not isinstance(r, Closed)]
+        if last and process.health() == "ok":  # a stuck child is not waited for: it is killed below
+            process.close_input()
+            process.wait(max(0.0, deadline - time.monotonic()))
+            out += self.messages()
+        if not done or (last and process.poll() is None):
+            if process.health() == "stuck" or process.backlog():
+                out += self.kill()
+                out.append(Warned("writer-stuck", "the writer process stopped responding; it was ended"))
+                return out
+            if process.poll() is None:
+                out.append(
+                    Warned("writer-slow", f"the writer could not finish within {timeout_s:.1f} s; it retries alone")
+                )
+                if last:
+                    threading.Thread(
+                        target=process.wait, args=(float("inf"),), name="stallwatch-reap", daemon=True
+                    ).start()
+                return out
+        process.release(self.channel)
+        if last:
+            process.close_fds()
+        return out
