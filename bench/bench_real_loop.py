@@ -19,7 +19,8 @@ difference against plain:
   (training process, workers, the collector's thread and writer process).
 
 A side ``run@base`` or ``watch@base`` runs the collector at $STALLWATCH_BASE
-instead (e.g. a checkout before a change), interleaved with the others.
+instead (e.g. a checkout before a change), interleaved with the others;
+``watch@NAME`` in general runs the checkout at $STALLWATCH_NAME.
 
 ``--hog`` runs the rounds beside a CPU hog (one busy process per core, started here and stopped at the end).
 """
@@ -61,8 +62,8 @@ def run_side(side: str, data: str, epochs: int, workdir: str, extra: list[str]) 
     comparison interleaved in one benchmark).
     """
     env = dict(os.environ)
-    if "@" in side:
-        env["PYTHONPATH"] = os.environ["STALLWATCH_BASE"]
+    if "@" in side:  # SIDE@NAME: the checkout at $STALLWATCH_NAME
+        env["PYTHONPATH"] = os.environ[f"STALLWATCH_{side.split('@')[1].upper()}"]
     args = [data, "--epochs", str(epochs), *extra]
     db = os.path.join(workdir, f"{side}-{time.monotonic_ns()}.sqlite")
     if side == "plain":

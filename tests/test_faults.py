@@ -24,6 +24,7 @@ import pytest
 from helpers import query, wait_until
 
 import collector
+from collector.writer.process import WRITER_NICE
 from collector.writer.supervisor import MAX_RESTARTS
 
 
@@ -285,6 +286,8 @@ def test_the_loaders_of_one_process_share_one_writer_which_ends_with_the_last_of
     train.take(300)
     val.take(100)
     assert train.writer_pid == val.writer_pid and len(writers_alive()) == 1
+    writer = psutil.Process(train.writer_pid)
+    assert writer.nice() == min(19, os.nice(0) + WRITER_NICE)  # NOTE [ A polite writer ]
     train.close()
     assert [p.pid for p in writers_alive()] == [val.writer_pid], "the writer stays while a run is on it"
     val.take(100)
@@ -331,6 +334,7 @@ def test_a_run_whose_file_cannot_be_opened_leaves_the_shared_writer_to_the_other
     with pytest.warns(collector.CollectorWarning, match="cannot record"):
         unrecorded = collector.watch(range(10), db=str(bad), run="bad", gpu_hz=0, host_hz=0)
         assert list(unrecorded) == list(range(10))
+        unrecorded.close()  # the warning comes from the monitor thread: wait for it
     ok.take(100)
     assert [p.pid for p in writers_alive()] == [ok.writer_pid]
     ok.close()

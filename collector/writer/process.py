@@ -34,8 +34,17 @@ PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding co
 # writer runs the same code as its parent whatever the user's sys.path.
 # The parent's other absolute path entries come last, so psutil and pynvml
 # (NOTE [ Sampling beside the writer ]) are found even from a user site.
+# NOTE [ A polite writer ]
+# The job's own threads (the step's intra-op threads, the workers) are what
+# matter on a machine they fill; a wakeup of the writer's (a ping, a sample,
+# a flush) that preempts one of them can hold up a whole parallel region of
+# the step. So the writer runs at nice +WRITER_NICE: the scheduler then
+# rarely preempts the job for it and runs it in the gaps, and its own work,
+# about 1% of a core, is never urgent (silence counts only after a second).
+WRITER_NICE = 10
 BOOT = (
-    "import sys, array, dataclasses, json, marshal, select, signal, sqlite3, struct; "
+    "import os, sys, array, dataclasses, json, marshal, select, signal, sqlite3, struct; "
+    "os.nice({nice}); "  # raising the nice value is always allowed, and it is clamped at 19
     "sys.path.insert(0, {root!r}); "
     "sys.path += [p for p in {path!r} if p not in sys.path]; "
     "from collector.writer.child import main; main()"
@@ -84,7 +93,7 @@ class WriterProcess:
             # it is safe from any thread while workers fork (NOTE [ Forked children ]).
             self.pid = os.posix_spawn(
                 sys.executable,
-                [sys.executable, "-I", "-S", "-c", BOOT.format(root=PACKAGE_ROOT, path=_parent_path())],
+                [sys.executable, "-I", "-S", "-c", BOOT.format(root=PACKAGE_ROOT, path=_parent_path(), nice=WRITER_NICE)],
                 dict(os.environ),
                 file_actions=[
                     (os.POSIX_SPAWN_DUP2, frames_r, 0),
