@@ -188,14 +188,14 @@ class SameLoader:
 
     def _epoch(self) -> None:
         session = self._watched._stallwatch_start()
-        opened: list[Iterator[Any]] = []
+        opened: list[tuple[Iterator[Any], int]] = []
         original = session._open_iterator
         session._open_iterator = lambda: opened.append(original()) or opened[0]
         try:
             self._through = iter(self._watched)
         finally:
             del session._open_iterator
-        self._straight = opened[0]
+        self._straight = opened[0][0]
 
     def side(self, through: bool) -> Iterator[Any]:
         """Endless batches, through the collector or straight; the first side to run out starts the next epoch."""

@@ -60,13 +60,15 @@ def measure(start: str, workers: int, epochs: int, db: str) -> dict[str, list[tu
     data = TensorDataset(torch.randn(256, 3, 32, 32), torch.arange(256))
     loader = DataLoader(data, batch_size=32, num_workers=workers, multiprocessing_context=start)
     watched = collector.watch(loader, db=db, run=f"bench-epoch-{start}")
-    session = watched._stallwatch_start()  # the session starts on first use
+    session = watched._stallwatch_start()
     original_open = session._open_iterator
     original_attach = loader_probe.attach
 
     def side(name: str) -> Any:
         def open_it() -> Any:
-            session._open_iterator = (lambda: session._iterate(session.loader)) if name != "watched" else original_open
+            session._open_iterator = (
+                (lambda: (session._iterate(session.loader), 0)) if name != "watched" else original_open
+            )
             loader_probe.attach = (lambda it: None) if name == "no-probe" else original_attach
             try:
                 return iter(watched)

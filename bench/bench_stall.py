@@ -11,7 +11,9 @@ order alternating every round. Reported per num_workers: the worst next()
 of each run (median and range over rounds), where it was (epoch, batch), the
 worst iter(), and the per-round difference watched - plain of the worst
 next(), excluding each epoch's first num_workers batches (worker start-up,
-which both sides pay) and including them.
+which both sides pay) and including them; and the first iter() of each side
+with the collector's own time the watched side stored for it
+(epochs.collector_s, NOTE [ The collector's own time ]).
 """
 
 from __future__ import annotations
@@ -51,9 +53,14 @@ def child(workers: int, watched: bool, db: str) -> None:
             nexts.append((time.perf_counter() - t, epoch, idx))
             idx += 1
             time.sleep(0.002)
+    own: list[float] = []
     if watched:
+        import sqlite3
+
         loader.close()  # type: ignore[attr-defined]
-    print(json.dumps({"nexts": nexts, "iters": iters}))
+        with sqlite3.connect(db) as conn:  # NOTE [ The collector's own time ] in collector/record/session.py
+            own = [r[0] or 0.0 for r in conn.execute("SELECT collector_s FROM epochs ORDER BY epoch")]
+    print(json.dumps({"nexts": nexts, "iters": iters, "own": own}))
 
 
 def run(workers: int, watched: bool, db: str) -> dict[str, list]:
@@ -112,6 +119,15 @@ def main() -> None:
             worst(w["nexts"], skip)[0] * 1000 - worst(p["nexts"], skip)[0] * 1000
             for w, p in zip(res["watch"], res["plain"], strict=True)
         ]
+        first = {side: [r["iters"][0] * 1000 for r in res[side]] for side in res}
+        d_first = [w - p for w, p in zip(first["watch"], first["plain"], strict=True)]
+        own0 = [r["own"][0] * 1000 for r in res["watch"] if r["own"]]
+        later = [x * 1000 for r in res["watch"] for x in r["own"][1:]]
+        print(f"\nfirst iter(): plain {statistics.median(first['plain']):.2f} ms, watched "
+              f"{statistics.median(first['watch']):.2f} ms (per round {statistics.median(d_first):+.2f} ms, range "
+              f"{min(d_first):+.2f} to {max(d_first):+.2f}); the collector's own time it measured (epochs.collector_s, "
+              f"not counted as waiting): first epoch {statistics.median(own0):.2f} ms ({min(own0):.2f}-{max(own0):.2f}), "
+              f"later epochs {statistics.median(later):.3f} ms")  # fmt: skip
         print(f"\nwatched - plain, per round: worst next() {statistics.median(d_all):+.1f} ms "
               f"(range {min(d_all):+.1f} to {max(d_all):+.1f}); after the epochs' first batches "
               f"{statistics.median(d_steady):+.1f} ms (range {min(d_steady):+.1f} to {max(d_steady):+.1f}); target <= +5 ms")  # fmt: skip

@@ -49,6 +49,7 @@ class Synthetic:
     main_runq_cores: float | None = None  # the main process's threads waiting for a core, on average
     torch_threads: int | None = None
     end_wait_s: float | None = None  # the final next() of each epoch; None: not recorded (older files)
+    collector_s: float | None = None  # the collector's own work in each epoch's iter(), in first_batch_s too
     between_epochs_s: float = 0.0  # other work between epochs (validation, checkpoints): not this loader's
     worker_exits: Any = None  # [(worker_id, started_s, ended_s, cpu_s)] after T0: workers' whole-life totals
     gpu_util: Any = None  # function ts -> util, or None
@@ -87,7 +88,7 @@ def write_synthetic(path: str, spec: Synthetic) -> int:
                 ends.append(t)  # the epoch's final next() returns at once unless end_wait_s says otherwise
                 t += (spec.end_wait_s or 0.0) + spec.between_epochs_s
             starts.append(t)
-            t += gap
+            t += gap + (spec.collector_s or 0.0)
         elif i:
             t += step[i]
         t += wait[i]
@@ -145,7 +146,10 @@ def write_synthetic(path: str, spec: Synthetic) -> int:
         first = e * epoch_len
         last = min(n, first + epoch_len) - 1
         ended = float(ts[last]) + (spec.end_wait_s or 0.0)
-        epochs.append((run_id, e, start, ended, float(ts[first] - start), last - first + 1, "[]", spec.end_wait_s))
+        first_batch_s = float(ts[first] - start)
+        epochs.append(
+            (run_id, e, start, ended, first_batch_s, last - first + 1, "[]", spec.end_wait_s, spec.collector_s)
+        )
     samples: dict[str, list[Any]] = {"gpu_samples": [], "host_samples": [], "proc_samples": []}
     t_end = float(ts[-1]) if n else T0
     if spec.gpu_util is not None:

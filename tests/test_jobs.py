@@ -11,6 +11,7 @@ import pytest
 from diagnosis_fixtures import Synthetic, write_synthetic
 
 from collector.cli import main
+from collector.cli.verdict import verdict_lines
 from collector.diagnosis import diagnose_job
 from collector.errors import UnknownRun
 from collector.record.runinfo import JOB_STARTED_ENV, job_id, job_start
@@ -97,14 +98,23 @@ def test_report_prints_every_rank_and_rank_picks_one(tmp_path: Path, capsys: pyt
     assert main(["report", path, "--run", "train.py:41 train"]) == 0
     text = capsys.readouterr().out
     assert "job verdict: INPUT-BOUND" in text
-    assert "rank 1 (run 2): input-bound, stalled 60%" in text and ": the straggler" in text
+    assert "rank 1 (run 2): input-bound, waiting for data 60%" in text and ": the straggler" in text
     assert "of it waiting at the collective, not compute" in text
+
     assert main(["report", path, "--run", "train.py:41 train", "--rank", "0", "--json"]) == 0
     one = json.loads(capsys.readouterr().out)
     assert one["run"]["id"] == ids[0] and one["run"]["rank"] == 0 and one["ranks"] == []
     assert one["verdict"] == "partly-input-bound"
     with pytest.raises(UnknownRun, match="no rank 5"):
         diagnose_job(path, ids[0], rank=5)
+
+
+def test_the_closing_verdict_of_collector_run_words_each_ranks_wait_as_everywhere_else(tmp_path: Path) -> None:
+    path = str(tmp_path / "job.sqlite")
+    ids = ranks(path, {0: 0.10, 1: 0.60}, {0: 0.030, 1: 0.010})
+    lines = verdict_lines(path, ids[1])
+    assert any(line.startswith("rank 1 (run 2): input-bound, waiting for data 60%") for line in lines)
+    assert not any("stalled" in line for line in lines)
 
 
 def test_a_run_outside_any_job_is_diagnosed_alone(tmp_path: Path) -> None:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import sqlite3
 
 import pandas as pd
+import pytest
 
 from collector.store.connection import Store
+from collector.store.export_queries import epoch_starts
 from collector.store.reader import Reader
 from collector.store.schema import MIGRATIONS, RUN_DEFAULTS, SCHEMA_VERSION
 
@@ -22,10 +24,12 @@ V3_COLUMNS = [
     ("proc_samples", "runq_s"),
     ("proc_samples", "threads"),
 ]
+V4_COLUMNS = [("epochs", "collector_s")]  # the collector's own time in an epoch's start
+LATER_COLUMNS = {3: V3_COLUMNS, 4: V4_COLUMNS}
 
 
 def make_old_file(path: str, version: int) -> None:
-    """A file as stallwatch ``version`` (1 or 2) wrote it: this schema less what later versions added."""
+    """A file as stallwatch ``version`` (1 to 3) wrote it: this schema less what later versions added."""
     store = Store(path)
     store.create_run("old", **RUN)
     store.close()
@@ -35,9 +39,11 @@ def make_old_file(path: str, version: int) -> None:
     ]
     for column in dropped:
         conn.execute(f"ALTER TABLE runs DROP COLUMN {column}")
-    for table, column in V3_COLUMNS:
-        conn.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
-    conn.execute("DROP TABLE worker_exits")
+    for v in range(version + 1, SCHEMA_VERSION + 1):
+        for table, column in LATER_COLUMNS.get(v, []):
+            conn.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+    if version < 3:
+        conn.execute("DROP TABLE worker_exits")
     conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(version),))
     conn.close()
 
@@ -52,10 +58,11 @@ def schema_version(path: str) -> int:
 
 
 def test_every_column_added_since_version_1_has_a_default_for_readers():
-    added = {s.split()[5] for v in (2, 3) for s in MIGRATIONS[v] if s.startswith("ALTER TABLE runs")}
-    assert added == set(RUN_DEFAULTS) and SCHEMA_VERSION == 3
-    other = {(s.split()[2], s.split()[5]) for s in MIGRATIONS[3] if s.startswith("ALTER") and "runs" not in s}
-    assert other == set(V3_COLUMNS)
+    added = {s.split()[5] for v in (2, 3, 4) for s in MIGRATIONS[v] if s.startswith("ALTER TABLE runs")}
+    assert added == set(RUN_DEFAULTS) and SCHEMA_VERSION == 4
+    for version, columns in LATER_COLUMNS.items():
+        other = {(s.split()[2], s.split()[5]) for s in MIGRATIONS[version] if s.startswith("ALTER") and "runs" not in s}
+        assert other == set(columns)
 
 
 def test_a_version_2_file_reads_without_the_time_split_and_is_migrated_by_the_next_writer(db_path):
@@ -68,7 +75,7 @@ def test_a_version_2_file_reads_without_the_time_split_and_is_migrated_by_the_ne
     store = Store(db_path)
     store.create_run("new", **RUN)
     store.close()
-    assert schema_version(db_path) == 3
+    assert schema_version(db_path) == SCHEMA_VERSION
     with sqlite3.connect(db_path) as conn:
         assert conn.execute("SELECT COUNT(*) FROM worker_exits").fetchone() == (0,)
         columns = {row[1] for row in conn.execute("PRAGMA table_info(proc_samples)")}
@@ -91,3 +98,23 @@ def test_the_next_writer_migrates_a_version_1_file_and_keeps_its_runs(db_path):
     runs = Reader(db_path).runs().set_index("name")
     assert pd.isna(runs.loc["old", "job_id"]) and runs.loc["new", "job_id"] == "job-7"
     assert runs.loc["new", "stage"] == "train" and int(runs.loc["new", "id"]) == new_id
+
+
+def test_a_version_3_file_reads_without_the_collectors_own_time_and_is_migrated_by_the_next_writer(db_path):
+    make_old_file(db_path, 3)
+    run_id = int(Reader(db_path).runs().loc[0, "id"])
+    with sqlite3.connect(db_path) as conn:  # an epoch as stallwatch 3 wrote it
+        conn.execute(
+            "INSERT INTO epochs (run_id, epoch, started_at, first_batch_s) VALUES (?, 0, 1.0, 0.25)", (run_id,)
+        )
+    epochs = Reader(db_path).epochs(run_id)
+    assert epochs.loc[0, "first_batch_s"] == 0.25 and pd.isna(epochs.loc[0, "collector_s"])
+    with sqlite3.connect(db_path) as conn:
+        assert epoch_starts(conn, run_id, 0) == {0: (1.0, 0.25)}
+    assert schema_version(db_path) == 3
+    Store(db_path).close()
+    assert schema_version(db_path) == 4
+    with sqlite3.connect(db_path) as conn:
+        assert conn.execute("SELECT first_batch_s, collector_s FROM epochs").fetchall() == [(0.25, None)]
+        conn.execute("UPDATE epochs SET collector_s = 0.05")
+        assert epoch_starts(conn, run_id, 0) == {0: (1.0, pytest.approx(0.20))}

@@ -138,6 +138,7 @@ def verdict_lines(db: str, run_id: int) -> list[str]:
     """The verdict line, the top symptoms, the rank lines of a job and the change to paste."""
     try:
         from collector.diagnosis import diagnose_job
+        from collector.diagnosis.text import WAITING_LABEL
     except ImportError:
         return [_summary(db, run_id)]
     try:
@@ -161,7 +162,8 @@ def verdict_lines(db: str, run_id: int) -> list[str]:
         step = r.get("step_p50_s")
         step_text = "n/a" if step is None else f"{step * 1000:.1f} ms"
         lines.append(
-            f"rank {r['rank']} (run {r['run_id']}): {r['verdict']}, stalled {stall:.0%}, step p50 {step_text}{extra}"
+            f"rank {r['rank']} (run {r['run_id']}): {r['verdict']}, {WAITING_LABEL} {stall:.0%}, "
+            f"step p50 {step_text}{extra}"
         )
     lines += [f"{s.severity}: {s.evidence}" for s in report.symptoms[:3]]
     change = report.code_change()

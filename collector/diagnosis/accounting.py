@@ -8,6 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from collector.diagnosis.phases import collector_seconds
+
 # NOTE [ A loader's active time ]
 # A training script runs other things between a loader's epochs: a
 # validation loader, checkpointing, logging. Those are not this loader's
@@ -17,7 +19,9 @@ import pandas as pd
 # the workers down), and time blocked in the loader is iter(), every next()
 # and that final one. A script's own "data time" meter measures the same.
 # Where an epoch's end was not recorded (a live run, a loop that broke out,
-# a file from before schema 3) it ends at its last batch.
+# a file from before schema 3) it ends at its last batch. The collector's own
+# work inside a span (epochs.collector_s: NOTE [ The collector's own time ] in
+# collector/record/session.py) is neither the loader's wait nor its active time.
 
 
 @dataclass(frozen=True)
@@ -27,10 +31,17 @@ class Spans:
     starts: np.ndarray
     ends: np.ndarray
     end_wait_s: float  # final next() calls, summed
+    collector_s: float = 0.0  # the collector's own work inside the spans, summed
+
+    @property
+    def span_s(self) -> float:
+        """The spans' wall time, the collector's own work included."""
+        return float(np.maximum(0.0, self.ends - self.starts).sum())
 
     @property
     def active_s(self) -> float:
-        return float(np.maximum(0.0, self.ends - self.starts).sum())
+        """The loader's active time: the spans less the collector's own work in them."""
+        return max(0.0, self.span_s - self.collector_s)
 
     def contains(self, ts: np.ndarray) -> np.ndarray:
         """Which timestamps fall inside a span."""
@@ -46,12 +57,14 @@ def active_spans(batches: pd.DataFrame, epochs: pd.DataFrame, windowed: bool) ->
     per_epoch = batches.groupby("epoch").agg(first=("ts", "min"), last=("ts", "max"), wait=("wait_s", "first"))
     first_idx = batches.groupby("epoch")["idx"].min()
     rows = epochs.set_index("epoch") if not epochs.empty else pd.DataFrame(columns=["started_at", "ended_at"])
-    starts, ends, end_wait = [], [], 0.0
+    own = collector_seconds(epochs)
+    starts, ends, end_wait, collector = [], [], 0.0, 0.0
     for i, (epoch, span) in enumerate(per_epoch.iterrows()):
         start = float(span["first"] - span["wait"])
         whole = not (windowed and i == 0) and int(first_idx[epoch]) == 0
         if whole and epoch in rows.index and pd.notna(rows.at[epoch, "started_at"]):
             start = min(start, float(rows.at[epoch, "started_at"]))
+            collector += float(own.get(epoch, 0.0))  # inside iter(): the span starts at iter() only here
         end = float(span["last"])
         last = rows.at[epoch, "end_wait_s"] if epoch in rows.index and "end_wait_s" in rows.columns else np.nan
         if pd.notna(last) and pd.notna(rows.at[epoch, "ended_at"]):  # ended by its final next(), not dropped
@@ -59,7 +72,7 @@ def active_spans(batches: pd.DataFrame, epochs: pd.DataFrame, windowed: bool) ->
             end_wait += float(last)
         starts.append(start)
         ends.append(end)
-    return Spans(np.asarray(starts, dtype=float), np.asarray(ends, dtype=float), end_wait)
+    return Spans(np.asarray(starts, dtype=float), np.asarray(ends, dtype=float), end_wait, collector)
 
 
 @dataclass(frozen=True)
@@ -120,7 +133,7 @@ def job_cpu(
         main_cpu = float(main_pct["cpu_pct"].mean()) / 100.0 if len(main_pct) else None
     workers = p[p["role"] == "worker"].dropna(subset=["cpu_pct"])
     per_ts = workers.groupby("ts")["cpu_pct"].sum() / 100.0
-    worker_cpu = _worker_cores_from_exits(exits, spans, spans.active_s)
+    worker_cpu = _worker_cores_from_exits(exits, spans, spans.span_s)
     exact = exact and (worker_cpu is not None or workers.empty)
     if worker_cpu is None:
         worker_cpu = float(per_ts.mean()) if len(per_ts) else (0.0 if main_cpu is not None else None)

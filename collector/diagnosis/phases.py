@@ -38,9 +38,11 @@ def epoch_starts(
 ) -> pd.DataFrame:
     """Per epoch: seconds spent starting it (iter() plus the head batches' waits) and seconds lost.
 
-    ``iter_s`` is iter() itself (``first_batch_s`` minus batch 0's wait), ``start_s``
-    adds the waits of the epoch's first ``start_batches`` batches, and ``lost_s``
-    is what that costs beyond the same number of steady-state waits.
+    ``iter_s`` is iter() itself (``first_batch_s`` minus batch 0's wait and
+    minus ``collector_s``, the collector's own work in it: NOTE [ The
+    collector's own time ] in collector/record/session.py), ``start_s`` adds
+    the waits of the epoch's first ``start_batches`` batches, and ``lost_s`` is
+    what that costs beyond the same number of steady-state waits.
     """
     k = start_batches(num_workers)
     heads = batches[batches["idx"] < k]
@@ -48,13 +50,22 @@ def epoch_starts(
     first_wait = heads[heads["idx"] == 0].set_index("epoch")["wait_s"]
     out = pd.DataFrame({"epoch": waits.index.to_numpy(dtype=np.int64), "head_wait_s": waits.to_numpy()})
     first = epochs.set_index("epoch")["first_batch_s"] if not epochs.empty else pd.Series(dtype=float)
+    own = collector_seconds(epochs)
     iter_s = [
-        max(0.0, float(first.get(e, np.nan)) - float(first_wait.get(e, 0.0)))
+        max(0.0, float(first.get(e, np.nan)) - float(first_wait.get(e, 0.0)) - float(own.get(e, 0.0)))
         if e in first.index and pd.notna(first.get(e))
         else 0.0
         for e in out["epoch"]
     ]
     out["iter_s"] = np.asarray(iter_s, dtype=float)
+    out["collector_s"] = np.asarray([float(own.get(e, 0.0)) for e in out["epoch"]], dtype=float)
     out["start_s"] = out["iter_s"] + out["head_wait_s"]
     out["lost_s"] = np.maximum(0.0, out["start_s"] - k * steady_wait_s)
     return out
+
+
+def collector_seconds(epochs: pd.DataFrame) -> pd.Series:
+    """epoch -> the collector's own seconds inside its first_batch_s (0 where not recorded: files before schema 4)."""
+    if epochs.empty or "collector_s" not in epochs:
+        return pd.Series(dtype=float)
+    return epochs.set_index("epoch")["collector_s"].astype(float).fillna(0.0).clip(lower=0.0)

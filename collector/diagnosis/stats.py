@@ -66,6 +66,7 @@ class Facts:
     torch_threads: int | None  # torch.get_num_threads() in the training process
     epoch_batches: float  # batches per epoch, on average
     end_wait_s: float  # final next() calls, summed
+    collector_s: float  # the collector's own work on the training thread in the spans: in no wait, no active time
     fetch_concurrency: float | None  # workers fetching at once, on average
     cuda: bool  # CUDA events were recorded: the loop trains on a GPU
     gpu_idle_s: float | None  # CUDA-event idle time during waits
@@ -112,6 +113,9 @@ def measure(data: RunData) -> Facts:
     iter_total = float(starts["iter_s"].sum())
     warm = phases == WARMUP
     warmup_s = float(ts[warm].max() - t_first) if warm.any() else 0.0
+    if from_iter and warm.any():  # the collector's own start is in the warm-up span: out of both, as in active
+        own_first = starts.loc[starts["epoch"] == first_epoch, "collector_s"]
+        warmup_s = max(0.0, warmup_s - float(own_first.sum()))
     later = starts[starts["epoch"] != first_epoch] if run_start_in_data else starts
     ends = max(0.0, spans.end_wait_s - handoff * len(spans.starts))
     input_wait = float(stall[~warm].sum() + later["iter_s"].sum() + ends)
@@ -176,6 +180,7 @@ def measure(data: RunData) -> Facts:
         torch_threads=_int(data.run.get("torch_threads")),
         epoch_batches=len(b) / max(1, int(b["epoch"].nunique())),
         end_wait_s=spans.end_wait_s,
+        collector_s=spans.collector_s,
         fetch_concurrency=load.concurrency,
         cuda=gpu_known > 0,
         gpu_idle_s=agg.get("gpu_idle_s") if gpu_known else None,

@@ -43,6 +43,7 @@ def summary(facts: Facts, data: RunData) -> dict[str, Any]:
         "handoff_s": round(facts.handoff_s, 6),
         "warmup_s": round(facts.warmup_s, 4),
         "epoch_start_lost_s": round(sum(facts.epoch_lost_s), 4),
+        "collector_s": round(facts.collector_s, 6),
         "gpu_util_pct": util,
         "gpu_idle_s": None if facts.gpu_idle_s is None else round(float(facts.gpu_idle_s), 4),
         "window": data.window,

@@ -14,6 +14,7 @@ from collector.diagnosis.units import ms
 # the dashboard's banner, cards, runs table, comparison) shows one of them:
 # summary.stall_fraction, the figure the verdict reads, defined below.
 WAITING_LABEL = "waiting for data"
+OWN_TIME_SHOWN_S = 0.001  # the collector's own time in the epochs' starts, said from 1 ms
 WAITING_DEFINITION = (
     "Share of the run's time after warm-up that the training loop sat blocked waiting for its next batch, "
     "beyond the normal hand-off of a batch that was already ready (later epochs' worker start-up included). "
@@ -65,6 +66,9 @@ def render(report: Report) -> str:
     )
     if s.get("warmup_s") or s.get("epoch_start_lost_s"):
         lines.append(f"  warm-up {s['warmup_s']:.2f} s; epoch starts lost {s['epoch_start_lost_s']:.2f} s")
+    own = s.get("collector_s") or 0.0
+    if own >= OWN_TIME_SHOWN_S:
+        lines.append(f"  the collector's own set-up: {ms(own)}, not counted as waiting")
     lines += render_ranks(report)
     if report.symptoms:
         lines += ["", "symptoms:"]
@@ -96,7 +100,8 @@ def render_ranks(report: Report) -> list[str]:
     for r in report.ranks:
         stall = r.get("stall_fraction")
         line = (
-            f"  rank {r['rank']} (run {r['run_id']}): {r['verdict']}, stalled {0.0 if stall is None else stall:.0%}, "
+            f"  rank {r['rank']} (run {r['run_id']}): {r['verdict']}, "
+            f"{WAITING_LABEL} {0.0 if stall is None else stall:.0%}, "
             f"wait p50 {ms(r.get('wait_p50_s'))}, step p50 {ms(r.get('step_p50_s'))}"
         )
         if r.get("straggler"):

@@ -7,6 +7,7 @@ import functools
 import os
 import sys
 import threading
+import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterator
@@ -127,8 +128,9 @@ class AutoWatch:
 
         @functools.wraps(original_iter)
         def __iter__(loader: Any) -> Iterator[Any]:
+            called_ns = time.perf_counter_ns()  # NOTE [ The collector's own time ] in collector/record/session.py
             session = auto._session_for(loader, original_iter, sys._getframe(1))
-            return original_iter(loader) if session is None else _holding(loader, session.epoch())
+            return original_iter(loader) if session is None else _holding(loader, session.epoch(called_ns))
 
         self.cls.__init__ = __init__
         self.cls.__iter__ = __iter__

@@ -26,6 +26,7 @@ class FullLoop:
         cuda: bool,
         on_error: Callable[[BaseException], None],
         clock: LoadClock | None = None,
+        pids: list[int] | None = None,  # the probe's, when the caller read them already
     ) -> None:
         self._next = it.__next__
         self.clock = clock
@@ -33,7 +34,7 @@ class FullLoop:
         self.t_start = t_start
         self.shared = shared
         self.probe = probe
-        self.pids = [] if probe is None else probe.worker_pids()
+        self.pids = pids if pids is not None else [] if probe is None else probe.worker_pids()
         self.incarnation = None if probe is None else probe.incarnation
         self.new_event = cuda_idle.torch_event if cuda else None
         self.on_error = on_error

@@ -17,6 +17,7 @@ class EpochStarted(NamedTuple):
     t_ns: int  # iter() was called
     worker_pids: list[int]
     threads: tuple[int, int] | None = None  # torch.get_num_threads(), get_num_interop_threads(); None: no torch
+    collector_ns: int = 0  # the collector's own work in it (NOTE [ The collector's own time ] in session.py)
 
 
 class FirstBatch(NamedTuple):
@@ -43,6 +44,6 @@ class Shared:
     epoch_events: deque[EpochEvent]
     resolver: IdleResolver
     stride: list[int]  # describe every stride-th batch; see NOTE [ Batch size sampling ]
-    timing_rings: TimingRings | None = None  # created when the first workers start
+    timing_rings: TimingRings | None = None  # made at watch() (a DataLoader) or when the first workers start
     status: dict[str, Any] = field(default_factory=dict)  # set by the training thread on crash
     timers: dict[int, Timer] = field(default_factory=dict)  # epoch -> plain loop's; NOTE [ Compiled hot loop ]

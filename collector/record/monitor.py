@@ -123,6 +123,10 @@ class Monitor(threading.Thread):
         super().start()
 
     def run(self) -> None:
+        # Thread.start() on the training thread returns once this thread has
+        # started, and then waits for the GIL: hand it back at once rather than
+        # after the writer's handshake (NOTE [ The collector's own time ]).
+        time.sleep(0)
         try:
             self._open()
         finally:
@@ -236,6 +240,7 @@ class Monitor(threading.Thread):
                 row = self._epochs[epoch] = EpochRow(epoch, wall_of(event.t_ns))
             if isinstance(event, EpochStarted):
                 row.worker_pids_json = json.dumps(event.worker_pids)  # the writer samples them too
+                row.collector_s = max(0, event.collector_ns) / 1e9
                 if event.threads is not None:
                     self._run_update["torch_threads"], self._run_update["interop_threads"] = event.threads
             elif isinstance(event, FirstBatch):

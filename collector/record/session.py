@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import atexit
-import multiprocessing
 import os
 import socket
 import sys
@@ -13,6 +12,7 @@ import traceback
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
+from multiprocessing import get_context
 from types import TracebackType
 from typing import Any
 
@@ -60,6 +60,7 @@ class Session:
         tags: dict[str, Any],
         iterate: Callable[[Any], Iterator[Any]] = iter,
         stage: str | None = None,
+        timing_rings: TimingRings | None = None,  # made ahead, at watch(): TimingRings.for_loader
         **monitor_kwargs: Any,
     ) -> None:
         self.loader = loader
@@ -70,6 +71,8 @@ class Session:
             resolver=IdleResolver(),
             stride=[1],
         )
+        if timing_rings is not None and timing_rings.workers == getattr(loader, "num_workers", 0):
+            self.shared.timing_rings = timing_rings
         self._epoch = 0
         self.closed = False
         rank, world = distributed()
@@ -94,35 +97,54 @@ class Session:
 
     # -- the loop -----------------------------------------------------------
 
-    def epoch(self) -> Iterator[Any]:
+    # NOTE [ The collector's own time ]
+    # An epoch starts when the loop calls iter() (``called_ns``, read before a
+    # first iter() creates the session: watch.py, autowatch.py), and
+    # first_batch_s runs from there to the first batch, as the loop's own meter
+    # sees it. Only the loader's iter() and first next() in it are the
+    # loader's; the rest is ours: the session's start (the writer's spawn, host
+    # facts), the timing rings, the worker hook, the probe, the epoch's loop.
+    # It is read on this thread's clock (iter() call to loop ready, less the
+    # loader's iter()) and stored as epochs.collector_s, which the diagnosis
+    # takes out of the loader's wait (collector/diagnosis/phases.py). Per
+    # batch our work lies outside t0..t1: in step_s, never in wait_s.
+
+    def epoch(self, called_ns: int | None = None) -> Iterator[Any]:
         """Start one pass over the loader (iter() happens now, as on the DataLoader)."""
         epoch = self._epoch
         self._epoch += 1
-        t_start = time.perf_counter_ns()
-        it = self._open_iterator()
+        t_start = time.perf_counter_ns() if called_ns is None else called_ns
+        it, iter_ns = self._open_iterator()
         probe = loader_probe.attach(it) if getattr(self.loader, "num_workers", 0) else None
         pids = [] if probe is None else probe.worker_pids()
-        self.shared.epoch_events.append(EpochStarted(epoch, t_start, pids, torch_threads()))
+        threads = torch_threads()
         cuda = cuda_idle.cuda_active()
         if probe is None and not cuda:
-            return self._plain_loop(it, epoch, t_start)
-        return self._full_loop(it, epoch, t_start, probe, cuda)
+            loop = self._plain_loop(it, epoch, t_start)
+        else:
+            loop = self._full_loop(it, epoch, t_start, probe, cuda, pids)
+        own_ns = time.perf_counter_ns() - t_start - iter_ns  # See NOTE [ The collector's own time ]
+        self.shared.epoch_events.append(EpochStarted(epoch, t_start, pids, threads, own_ns))
+        return loop
 
-    def _open_iterator(self) -> Iterator[Any]:
+    def _open_iterator(self) -> tuple[Iterator[Any], int]:
+        """The loader's iterator, and the nanoseconds its own iter() took."""
         loader = self.loader
         workers = getattr(loader, "num_workers", 0)
         if not workers or getattr(loader, "_iterator", None) is not None or not hasattr(loader, "worker_init_fn"):
-            return self._iterate(loader)
+            t0 = time.perf_counter_ns()
+            return self._iterate(loader), time.perf_counter_ns() - t0
         # Fresh worker processes start in iter(): hand them the timing hook for
         # this call only, so the user's loader keeps its own worker_init_fn.
         # See NOTE [ Worker timing ].
-        if self.shared.timing_rings is None:
-            context = loader.multiprocessing_context or multiprocessing.get_context()
-            self.shared.timing_rings = TimingRings(context, workers)
+        rings = self.shared.timing_rings
+        if rings is None:
+            rings = self.shared.timing_rings = TimingRings(loader.multiprocessing_context or get_context(), workers)
         original = loader.worker_init_fn
-        loader.worker_init_fn = WorkerHook(self.shared.timing_rings, original)
+        loader.worker_init_fn = WorkerHook(rings, original)
+        t0 = time.perf_counter_ns()
         try:
-            return self._iterate(loader)
+            return self._iterate(loader), time.perf_counter_ns() - t0
         finally:
             loader.worker_init_fn = original
 
@@ -159,10 +181,10 @@ class Session:
         return Epoch(timer, on_batch, on_end, self.count_error, clock.read)
 
     def _full_loop(
-        self, it: Iterator[Any], epoch: int, t_start: int, probe: loader_probe.Probe | None, cuda: bool
+        self, it: Iterator[Any], epoch: int, t_start: int, probe: loader_probe.Probe | None, cuda: bool, pids: list[int]
     ) -> Iterator[Any]:
         clock = LoadClock(self.monitor.ident)
-        return FullLoop(it, epoch, t_start, self.shared, probe, cuda, self.count_error, clock).iterator()
+        return FullLoop(it, epoch, t_start, self.shared, probe, cuda, self.count_error, clock, pids).iterator()
 
     # -- ending -------------------------------------------------------------
 

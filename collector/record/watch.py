@@ -13,6 +13,7 @@ from typing import Any
 from collector.record.origin import user_frame
 from collector.record.runinfo import generated_name
 from collector.record.session import READY_TIMEOUT_S, Session
+from collector.record.worker_timing import TimingRings
 from collector.sample.sampler import Rates
 from collector.store.schema import DEFAULT_DB, default_db_path
 
@@ -27,7 +28,8 @@ class WatchedLoader:
     _stallwatch_loader: Any
 
     def __iter__(self) -> Iterator[Any]:
-        return self._stallwatch_start().epoch()
+        called_ns = time.perf_counter_ns()  # a first iter() starts the session: NOTE [ The collector's own time ]
+        return self._stallwatch_start().epoch(called_ns)
 
     def _stallwatch_start(self) -> Session:
         session = self._stallwatch_session
@@ -128,12 +130,28 @@ class _Spec:
         self.db, self.name, self.rates, self.tags = db, name, rates, tags
         self.monitor_kwargs = {"origin": user_frame(), **monitor_kwargs}  # warnings point at the watch() line
         self.base: Any = object  # the watched loader's own class
+        self.rings: TimingRings | None = None  # for the first session: see prepare
+
+    def prepare(self, loader: Any) -> None:
+        """At watch(), outside the loop: the work a first iter() would do on the training thread.
+
+        See NOTE [ The collector's own time ] in collector/record/session.py:
+        the weak stand-in's module is imported and the workers' timing rings
+        (shared memory, 2 ms the first time) are made now, not in the first iter().
+        """
+        import collector.record.autowatch  # noqa: F401 - imported once, here
+
+        try:
+            self.rings = TimingRings.for_loader(loader)
+        except OSError:  # no shared memory now: the first iter() tries again
+            self.rings = None
 
     def session(self, twin: Any) -> Session:
         """A session that holds the watched DataLoader weakly, so no cycle keeps its workers for the collector."""
         from collector.record.autowatch import weak_loader  # See NOTE [ Weak loader ]
 
         kwargs = dict(self.monitor_kwargs)
+        rings, self.rings = self.rings, None  # a loader rebuilt from this one makes its own
         custom = kwargs.pop("iterate", None)  # a sweep's, to keep each epoch's iterator
         base_iter: Any = self.base.__iter__
         ref = weakref.ref(twin)
@@ -146,7 +164,9 @@ class _Spec:
             return base_iter(loader)
 
         stand_in = weak_loader(twin)
-        return Session(stand_in, self.db, self.name, self.rates, dict(self.tags), iterate=iterate, **kwargs)
+        return Session(
+            stand_in, self.db, self.name, self.rates, dict(self.tags), iterate=iterate, timing_rings=rings, **kwargs
+        )
 
 
 def _watched_dataloader(loader: Any, spec: _Spec) -> WatchedLoader:
@@ -220,6 +240,7 @@ def watch(
     name = run if run is not None else generated_name(int(time.time() * 1000) ^ os.getpid())
     spec = _Spec(path, name, rates, dict(tags or {}), monitor_kwargs)
     if _is_dataloader_class(type(loader)):
+        spec.prepare(loader)
         return _watched_dataloader(loader, spec)
     session = Session(loader, path, name, rates, dict(tags or {}), **monitor_kwargs)
     if getattr(loader, "base_dataloader", None) is not None:  # accelerate's DataLoaderShard and its kin

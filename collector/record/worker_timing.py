@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import sys
 import time
@@ -65,6 +66,14 @@ class TimingRings:
         self.heads = context.RawArray("q", workers)  # entries ever written, per worker id
         self._read = [0] * workers  # main process only
         self.lost = 0
+
+    @classmethod
+    def for_loader(cls, loader: Any) -> TimingRings | None:
+        """Rings for the workers of ``loader`` (None without workers), in its multiprocessing context."""
+        workers = getattr(loader, "num_workers", 0)
+        if not workers or not hasattr(loader, "worker_init_fn"):
+            return None
+        return cls(loader.multiprocessing_context or multiprocessing.get_context(), workers)
 
     def write(self, worker_id: int, entry: Entry) -> None:
         """In a worker: store one entry, then publish it by moving the head."""

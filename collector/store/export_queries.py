@@ -197,10 +197,16 @@ def batch_rows(
 
 
 def epoch_starts(conn: sqlite3.Connection, run_id: int, from_epoch: int) -> dict[int, tuple[float, float | None]]:
-    """epoch -> (started_at, first_batch_s) for the run's epochs from ``from_epoch`` on."""
-    rows = conn.execute(
-        "SELECT epoch, started_at, first_batch_s FROM epochs WHERE run_id = ? AND epoch >= ?", (run_id, from_epoch)
-    ).fetchall()
+    """epoch -> (started_at, first_batch_s) for the run's epochs from ``from_epoch`` on.
+
+    first_batch_s less the collector's own work in it (epochs.collector_s,
+    schema 4: NOTE [ The collector's own time ] in collector/record/session.py).
+    """
+    sql = "SELECT epoch, started_at, first_batch_s - {own} FROM epochs WHERE run_id = ? AND epoch >= ?"
+    try:
+        rows = conn.execute(sql.format(own="IFNULL(collector_s, 0.0)"), (run_id, from_epoch)).fetchall()
+    except sqlite3.OperationalError:  # a file from before schema 4: NOTE [ Schema versions ]
+        rows = conn.execute(sql.format(own="0.0"), (run_id, from_epoch)).fetchall()
     return {int(e): (float(s), None if f is None else float(f)) for e, s, f in rows}
 
 

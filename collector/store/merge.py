@@ -191,6 +191,7 @@ def _copy_rows(conn: sqlite3.Connection, old_id: int, new_id: int) -> int:
         " first_batch_s), batches = MAX(IFNULL(excluded.batches, 0), IFNULL(batches, 0)),"
         " worker_pids = COALESCE(excluded.worker_pids, worker_pids)"
         + (", end_wait_s = COALESCE(excluded.end_wait_s, end_wait_s)" if "end_wait_s" in e else "")
+        + (", collector_s = COALESCE(excluded.collector_s, collector_s)" if "collector_s" in e else "")
         + " WHERE excluded.ended_at IS NOT ended_at OR excluded.batches IS NOT batches",
         (new_id, old_id),
     )

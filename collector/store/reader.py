@@ -183,8 +183,9 @@ class Reader:
     def epochs(self, run_id: int) -> pd.DataFrame:
         df = self.frame("SELECT * FROM epochs WHERE run_id = ? ORDER BY epoch", (run_id,))
         df["worker_pids"] = [json.loads(v) if v else [] for v in df["worker_pids"]]
-        if "end_wait_s" not in df:  # an older file: NOTE [ Schema versions ]
-            df["end_wait_s"] = np.nan
+        for column in ("end_wait_s", "collector_s"):  # an older file: NOTE [ Schema versions ]
+            if column not in df:
+                df[column] = np.nan
         return df
 
     def worker_exits(self, run_id: int) -> pd.DataFrame:

@@ -15,7 +15,7 @@ def default_db_path(environ: Mapping[str, str] = os.environ) -> str:
     return environ.get(ENV_DB) or DEFAULT_DB
 
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # NOTE [ Schema versions ]
 # A file keeps the version it was created with until a newer stallwatch
@@ -32,6 +32,9 @@ SCHEMA_VERSION = 3
 #      worker_exits table (each worker's whole life), epochs.end_wait_s (the
 #      final next() that ends the epoch), runs.torch_threads and
 #      runs.interop_threads.
+#   4: epochs.collector_s: the collector's own work on the training thread
+#      inside the epoch's first_batch_s (NOTE [ The collector's own time ] in
+#      collector/record/session.py), never counted as waiting for data.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     2: (
         "ALTER TABLE runs ADD COLUMN job_id TEXT",
@@ -56,6 +59,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         " started_at REAL NOT NULL, ended_at REAL NOT NULL, cpu_s REAL NOT NULL, runq_s REAL,"
         " PRIMARY KEY (run_id, worker_pid, started_at)) WITHOUT ROWID",
     ),
+    4: ("ALTER TABLE epochs ADD COLUMN collector_s REAL",),
 }
 RUN_DEFAULTS: dict[str, object] = {
     "job_id": None,
@@ -120,6 +124,7 @@ CREATE TABLE IF NOT EXISTS epochs (
     batches INTEGER,
     worker_pids TEXT,                -- JSON list
     end_wait_s REAL,                 -- the final next() that ends the epoch (and shuts workers down)
+    collector_s REAL,                -- of first_batch_s, the collector's own work (session start, hooks): not waiting
     PRIMARY KEY (run_id, epoch)
 );
 CREATE TABLE IF NOT EXISTS batches (

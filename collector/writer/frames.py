@@ -98,6 +98,7 @@ class EpochRow:
     batches: int = 0
     worker_pids_json: str = "[]"  # the sampler follows the newest epoch's workers through it
     end_wait_s: float | None = None  # the final next(), the one that ended the epoch
+    collector_s: float | None = None  # the collector's own work inside first_batch_s, not the loader's
 
 
 @dataclass
