@@ -93,7 +93,13 @@ class WriterProcess:
             # it is safe from any thread while workers fork (NOTE [ Forked children ]).
             self.pid = os.posix_spawn(
                 sys.executable,
-                [sys.executable, "-I", "-S", "-c", BOOT.format(root=PACKAGE_ROOT, path=_parent_path(), nice=WRITER_NICE)],
+                [
+                    sys.executable,
+                    "-I",
+                    "-S",
+                    "-c",
+                    BOOT.format(root=PACKAGE_ROOT, path=_parent_path(), nice=WRITER_NICE),
+                ],
                 dict(os.environ),
                 file_actions=[
                     (os.POSIX_SPAWN_DUP2, frames_r, 0),
