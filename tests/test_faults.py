@@ -278,7 +278,7 @@ def test_a_disk_full_at_close_is_retried_and_the_end_written_once_space_returns(
     assert wait_until(lambda: writers_alive() == [], timeout_s=5), [(p.pid, p.status()) for p in writers_alive()]
 
 
-# NOTE [ One writer a process ] in collector/writer/process.py: the runs of one process share a writer.
+# NOTE [ One writer a process ] in collector/writer/channel.py: the runs of one process share a writer.
 
 
 def test_the_loaders_of_one_process_share_one_writer_which_ends_with_the_last_of_them(db_path):

@@ -6,8 +6,19 @@ import select
 import threading
 import time
 
-from collector.writer.frames import Close, Closed, Flush, Open, Reply, Warned
+from collector.writer.frames import Closed, Flush, Open, Reply, Warned
 from collector.writer.process import WriterProcess, _close_hooks
+
+# NOTE [ One writer a process ]
+# A training process often iterates several loaders (train and val, a
+# framework's sanity check): one writer child serves them all, each run on a
+# channel of its own (NOTE [ Frames ]). A writer costs about 0.1 s of CPU to
+# start (an interpreter, psutil, NVML) and its pings and sampling run all
+# the time, on the very cores the job fills (issue 15's real-loop bench). So
+# the first run of a process starts it, later runs open a channel on it, and
+# the last run's Close ends it; a run that starts after that starts the next
+# one. Its health is every channel's: a writer one run finds dead or stuck
+# (and kills) is replaced, on a new child, by each run that was on it.
 
 _lock = threading.Lock()  # guards _current: which writer a starting run joins
 _current: WriterProcess | None = None
@@ -18,7 +29,7 @@ def _join(opening: Open) -> tuple[WriterProcess, int]:
     global _current
     with _lock:
         process = _current
-        if process is None or process.retired or process.frames_fd < 0 or process.poll() is not None:
+        if process is None or process.retired or process.poll() is not None:
             process = _current = WriterProcess()
         return process, process.open_channel(opening)
 
@@ -39,6 +50,20 @@ class ProcessLink:
         self.process, self.channel = _join(opening)
         self.pid = self.process.pid
         self._closed = False
+
+    def _until_closed(self, deadline: float) -> list[Reply]:
+        """This run's replies until its Closed, the deadline, or the writer's failure."""
+        out: list[Reply] = []
+        while time.monotonic() < deadline and self.process.health() == "ok":
+            try:
+                self.process.pump()
+            except OSError:
+                break
+            out += self.messages()
+            if any(isinstance(r, Closed) for r in out):
+                return out
+            self._select(min(0.05, max(0.0, deadline - time.monotonic())))
+        return out + self.messages()
 
     def first_reply(self, timeout_s: float) -> list[Reply] | None:
         """The child's answer to Open, or None if it died or never answered."""
@@ -100,29 +125,9 @@ class ProcessLink:
         """
         process = self.process
         deadline = time.monotonic() + timeout_s
-        out: list[Reply] = []
-        with process.lock:
-            process.open_channels -= 1
-            last = process.open_channels <= 0
-            if last:
-                process.retired = True
-            try:
-                process.send(self.channel, Close())
-            except OSError:
-                pass
-        done = False
-        while time.monotonic() < deadline and process.health() == "ok":
-            try:
-                process.pump()
-            except OSError:
-                break
-            out += self.messages()
-            if any(isinstance(r, Closed) for r in out):
-                done = True
-                break
-            self._select(min(0.05, max(0.0, deadline - time.monotonic())))
-        out += self.messages()
-        done = done or any(isinstance(r, Closed) for r in out)
+        last = process.end_channel(self.channel)
+        out = self._until_closed(deadline)
+        done = any(isinstance(r, Closed) for r in out)
         out = [r for r in out if not isinstance(r, Closed)]
         if last and process.health() == "ok":  # a stuck child is not waited for: it is killed below
             process.close_input()

@@ -68,7 +68,7 @@ class Replies:
 
 
 class Runs:
-    """The runs this writer serves, one Sink a channel (NOTE [ One writer a process ] in process.py)."""
+    """The runs this writer serves, one Sink a channel (NOTE [ One writer a process ] in channel.py)."""
 
     def __init__(self, replies: Replies) -> None:
         self.replies = replies

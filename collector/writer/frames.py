@@ -188,7 +188,7 @@ def open_failure(db_path: str, exc: BaseException) -> Warned:
 # Epoch rows travel as tuples in EpochRow's order. On the pipe each frame and
 # each list of replies travels in an envelope (channel, message): one writer
 # serves every run of a training process, one channel a run (NOTE [ One
-# writer a process ] in collector/writer/process.py). Pings go on channel -1.
+# writer a process ] in collector/writer/channel.py). Pings go on channel -1.
 Frame = Open | Flush | Close
 PROCESS_CHANNEL = -1  # replies about the writer itself (its pings), not about one run
 

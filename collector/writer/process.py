@@ -67,20 +67,8 @@ STARTUP_GRACE_S = 10.0
 MAX_BACKLOG_BYTES = 16 << 20
 
 
-# NOTE [ One writer a process ]
-# A training process often iterates several loaders (train and val, a
-# framework's sanity check): one writer child serves them all, each run on a
-# channel of its own (NOTE [ Frames ]). A writer costs about 0.1 s of CPU to
-# start (an interpreter, psutil, NVML) and its pings and sampling run all
-# the time, on the very cores the job fills (issue 15's real-loop bench). So
-# the first run of a process starts it, later runs open a channel on it, and
-# the last run's Close ends it; a run that starts after that starts the next
-# one. Its health is every channel's: a writer one run finds dead or stuck
-# (and kills) is replaced, on a new child, by each run that was on it.
-
-
 class WriterProcess:
-    """The writer child (collector.writer.child) and its two pipes; shared by the runs on it (collector/writer/channel.py).
+    """The writer child (collector.writer.child) and its two pipes; shared by the runs on it (NOTE [ One writer a process ] in channel.py).
 
     Every method takes the lock: the runs' monitor threads call in concurrently.
     """
@@ -128,17 +116,13 @@ class WriterProcess:
         self.retired = False  # the last run's Close went out: no run joins it any more
         self.eof = False
         self.exit_status: int | None = None
-        self.started_at = self.heard_at = time.monotonic()
+        self.heard_at = time.monotonic()
         self.answered = False  # anything heard yet
         _processes.add(self)
 
     @property
     def replies_fd(self) -> int:
         return self._replies
-
-    @property
-    def frames_fd(self) -> int:
-        return self._frames
 
     def open_channel(self, opening: Open) -> int:
         with self.lock:
@@ -149,6 +133,17 @@ class WriterProcess:
             self._out += encode_message(channel, opening)
             self.pump()
             return channel
+
+    def end_channel(self, channel: int) -> bool:
+        """Send the channel's Close; True when it was the last open one (the child then exits, and no run joins it)."""
+        with self.lock:
+            self.open_channels -= 1
+            last = self.open_channels <= 0
+            if last:
+                self.retired = True
+            with contextlib.suppress(OSError):
+                self.send(channel, Close())
+            return last
 
     def send(self, channel: int, frame: Flush | Close) -> bool:
         """Queue a frame; False (the frame refused) when the writer has not read the last MAX_BACKLOG_BYTES."""
