@@ -14,6 +14,7 @@ import os
 import signal
 import sqlite3
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -288,6 +289,8 @@ def test_the_loaders_of_one_process_share_one_writer_which_ends_with_the_last_of
     assert train.writer_pid == val.writer_pid and len(writers_alive()) == 1
     writer = psutil.Process(train.writer_pid)
     assert writer.nice() == min(19, os.nice(0) + WRITER_NICE)  # NOTE [ A polite writer ]
+    # In the job's session (its scheduler group, with autogroup), out of its process group (Ctrl-C).
+    assert os.getsid(writer.pid) == os.getsid(0) and os.getpgid(writer.pid) == writer.pid != os.getpgid(0)
     train.close()
     assert [p.pid for p in writers_alive()] == [val.writer_pid], "the writer stays while a run is on it"
     val.take(100)
@@ -339,3 +342,33 @@ def test_a_run_whose_file_cannot_be_opened_leaves_the_shared_writer_to_the_other
     assert [p.pid for p in writers_alive()] == [ok.writer_pid]
     ok.close()
     assert accounts(db_path, "ok")["rows"] == 200
+
+
+CTRL_C_JOB = """
+import itertools, signal, sys, time
+import collector
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal, where SIGINT is not inherited ignored
+for i in collector.watch(itertools.count(), db=sys.argv[1], run="faulty"):
+    if i == 200:
+        print("recording", flush=True)
+    time.sleep(0.001)
+"""
+
+
+def test_ctrl_c_to_the_jobs_process_group_interrupts_the_run_and_the_writer_stores_its_end(db_path, tmp_path):
+    # A terminal's Ctrl-C (or a job runner's signal) goes to the whole foreground process group: the
+    # writer, in a group of its own, is not in it, and writes the interrupted run's end and every row.
+    script = tmp_path / "job.py"
+    script.write_text(CTRL_C_JOB)
+    job = subprocess.Popen(
+        [sys.executable, str(script), db_path], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        assert job.stdout is not None and job.stdout.readline().strip() == "recording"
+        os.killpg(job.pid, signal.SIGINT)
+        assert job.wait(timeout=20) != 0
+    finally:
+        job.kill()
+    assert wait_until(lambda: accounts(db_path)["status"] != "running", timeout_s=10)
+    got = accounts(db_path)
+    assert got["status"] == "interrupted" and got["rows"] > 200 and got["dropped_records"] == 0

@@ -41,10 +41,14 @@ PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding co
 # the step. So the writer runs at nice +WRITER_NICE: the scheduler then
 # rarely preempts the job for it and runs it in the gaps, and its own work,
 # about 1% of a core, is never urgent (silence counts only after a second).
+# Set from here at the spawn, so its boot (0.1 s of CPU) is polite too; and in
+# the job's session: Linux's autogroup weighs a new session as an equal of
+# the whole job, nice or not (there its boot held a 2-worker loader's first
+# batch back by about 30 ms, bench/bench_stall.py). Its own process group
+# keeps Ctrl-C away.
 WRITER_NICE = 10
 BOOT = (
     "import os, sys, array, dataclasses, json, marshal, select, signal, sqlite3, struct; "
-    "os.nice({nice}); "  # raising the nice value is always allowed, and it is clamped at 19
     "sys.path.insert(0, {root!r}); "
     "sys.path += [p for p in {path!r} if p not in sys.path]; "
     "from collector.writer.child import main; main()"
@@ -86,7 +90,7 @@ class WriterProcess:
                     "-I",
                     "-S",
                     "-c",
-                    BOOT.format(root=PACKAGE_ROOT, path=_parent_path(), nice=WRITER_NICE),
+                    BOOT.format(root=PACKAGE_ROOT, path=_parent_path()),
                 ],
                 dict(os.environ),
                 file_actions=[
@@ -94,7 +98,7 @@ class WriterProcess:
                     (os.POSIX_SPAWN_DUP2, replies_w, 1),
                     (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
                 ],
-                setsid=True,  # Ctrl-C reaches the training process only
+                setpgroup=0,  # Ctrl-C reaches the training process only; not setsid: NOTE [ A polite writer ]
             )
         except BaseException:
             for fd in (self._frames, self._replies):
@@ -103,6 +107,8 @@ class WriterProcess:
         finally:
             os.close(frames_r)
             os.close(replies_w)
+        with contextlib.suppress(OSError):  # NOTE [ A polite writer ]; raising a child's nice is always allowed
+            os.setpriority(os.PRIO_PROCESS, self.pid, min(19, os.getpriority(os.PRIO_PROCESS, 0) + WRITER_NICE))
         with contextlib.suppress(OSError):
             fcntl.fcntl(self._frames, F_SETPIPE_SZ, PIPE_BYTES)
         os.set_blocking(self._frames, False)
