@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 import warnings
@@ -9,7 +10,7 @@ import warnings
 import pytest
 import torch
 from fixture_datasets import FailingDataset, SlowDataset
-from helpers import query
+from helpers import query, wait_until
 from torch.utils.data import DataLoader, DistributedSampler
 
 import collector
@@ -112,6 +113,28 @@ def test_breaking_out_of_an_epoch_is_not_a_crash(db_path):
     epochs = Reader(db_path).epochs(run_id)
     assert epochs.batches.tolist() == [3, 10]
     assert Reader(db_path).run(run_id)["status"] == "completed"
+
+
+def runs_and_rows(db_path):
+    return query(
+        db_path,
+        "SELECT name, status, (SELECT COUNT(*) FROM batches b WHERE b.run_id = r.id) FROM runs r ORDER BY id",
+    )
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_loader_watched_in_the_for_statement_itself_records_every_batch_and_then_ends(db_path, workers):
+    # Nothing but the epoch's iterator holds what watch() returns here: the run lives as long as that
+    # iterator, and ends (completed) once the loop has let go of it.
+    loader = DataLoader(torch.arange(600), batch_size=3, num_workers=workers)
+    for epoch in range(2):
+        for i, _ in enumerate(quiet(loader, db_path, run=f"inline-{epoch}")):
+            if i == 100:
+                gc.collect()
+    for _ in quiet(iter(range(500)), db_path, run="inline-iterable"):
+        pass
+    expected = [("inline-0", "completed", 200), ("inline-1", "completed", 200), ("inline-iterable", "completed", 500)]
+    assert wait_until(lambda: runs_and_rows(db_path) == expected, timeout_s=10), runs_and_rows(db_path)
 
 
 def test_epochs_record_first_batch_latency_and_bounds(db_path):

@@ -99,7 +99,7 @@ def run_script(target: str, argv: list[str], is_module: bool, auto: Any) -> tupl
         else:
             runpy.run_path(os.path.abspath(target), run_name="__main__")  # __file__ absolute, as python gives it
     except SystemExit as exc:
-        from collector.record.session import process_ends
+        from collector.record.exits import process_ends
 
         process_ends(exc)  # sys.exit(n): the runs record n
         return 0, exc

@@ -11,7 +11,6 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterator
-from itertools import chain, islice
 from types import FrameType
 from typing import Any
 
@@ -70,14 +69,6 @@ def _ids(sessions: list[tuple[str, Session]]) -> list[tuple[str, int | None]]:
     return out
 
 
-def _holding(loader: Any, epoch: Iterator[Any]) -> Iterator[Any]:
-    """The epoch's batches, keeping the loader alive while they flow (``for b in DataLoader(...)``).
-
-    Built of C iterators only, so no frame is added (NOTE [ Transparent iteration ]).
-    """
-    return chain(epoch, islice((loader,), 0))
-
-
 class AutoWatch:
     """Patches ``DataLoader.__init__`` (to learn where each is created) and ``__iter__`` (to record it)."""
 
@@ -130,7 +121,7 @@ class AutoWatch:
         def __iter__(loader: Any) -> Iterator[Any]:
             called_ns = time.perf_counter_ns()  # NOTE [ The collector's own time ] in collector/record/session.py
             session = auto._session_for(loader, original_iter, sys._getframe(1))
-            return original_iter(loader) if session is None else _holding(loader, session.epoch(called_ns))
+            return original_iter(loader) if session is None else session.epoch(called_ns, owner=loader)
 
         self.cls.__init__ = __init__
         self.cls.__iter__ = __iter__
@@ -217,6 +208,6 @@ class AutoWatch:
             return session
 
     def _watched_by_user(self, loader: Any) -> bool:
-        from collector.record.session import is_watched
+        from collector.record.exits import is_watched
 
         return hasattr(type(loader), "_stallwatch_spec") or is_watched(loader)

@@ -41,6 +41,7 @@ class FullLoop:
         self.prev: int | None = None
         self.idx = 0
         self.ended = False
+        self.owner: Any = None  # kept alive with this epoch's iterator (Session.epoch)
 
     def iterator(self) -> Iterator[Any]:
         return transparent(self.step)

@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-import atexit
 import os
 import socket
 import sys
 import threading
 import time
-import traceback
-import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
 from multiprocessing import get_context
-from types import TracebackType
 from typing import Any
 
-from collector.record import cuda_idle, loader_probe
+from collector.record import cuda_idle, exits, loader_probe
 from collector.record.batchinfo import describe_batch
 from collector.record.cuda_idle import IdleResolver
+from collector.record.exits import SIGINT_EXIT, error_text, exit_code
 from collector.record.full_loop import FullLoop
 from collector.record.handover import EpochEnded, EpochStarted, FirstBatch, Shared
 from collector.record.hotloop import Epoch, Timer
@@ -41,11 +38,6 @@ CLOSE_TIMEOUT_S = 2.5  # the monitor ends a stuck writer within LINK_CLOSE_TIMEO
 CLOSE_GRACE_S = 1.0  # see Session.close_soon
 READY_TIMEOUT_S = 15.0  # a writer's start on a loaded machine (collector/writer/link.py START_TIMEOUT_S)
 NO_QUEUE = (None, None, None, None, None, None)
-SIGINT_EXIT = 130  # what a shell reports for a process ended by Ctrl-C
-
-_open_sessions: weakref.WeakSet[Session] = weakref.WeakSet()
-_hooks_lock = threading.Lock()
-_hooks_installed = False
 
 
 class Session:
@@ -92,8 +84,7 @@ class Session:
         )
         self.monitor = Monitor(db, start, self.shared, rates, **monitor_kwargs)
         self.monitor.start()
-        _open_sessions.add(self)
-        _install_process_hooks()
+        exits.register(self)
 
     # -- the loop -----------------------------------------------------------
 
@@ -109,8 +100,12 @@ class Session:
     # takes out of the loader's wait (collector/diagnosis/phases.py). Per
     # batch our work lies outside t0..t1: in step_s, never in wait_s.
 
-    def epoch(self, called_ns: int | None = None) -> Iterator[Any]:
-        """Start one pass over the loader (iter() happens now, as on the DataLoader)."""
+    def epoch(self, called_ns: int | None = None, owner: Any = None) -> Iterator[Any]:
+        """Start one pass over the loader (iter() happens now, as on the DataLoader).
+
+        ``owner`` (the watched loader) lives as long as the epoch's iterator: in
+        ``for batch in watch(loader)`` nothing else holds it, and its end ends the run.
+        """
         epoch = self._epoch
         self._epoch += 1
         t_start = time.perf_counter_ns() if called_ns is None else called_ns
@@ -120,9 +115,9 @@ class Session:
         threads = torch_threads()
         cuda = cuda_idle.cuda_active()
         if probe is None and not cuda:
-            loop = self._plain_loop(it, epoch, t_start)
+            loop = self._plain_loop(it, epoch, t_start, owner)
         else:
-            loop = self._full_loop(it, epoch, t_start, probe, cuda, pids)
+            loop = self._full_loop(it, epoch, t_start, probe, cuda, pids, owner)
         own_ns = time.perf_counter_ns() - t_start - iter_ns  # See NOTE [ The collector's own time ]
         self.shared.epoch_events.append(EpochStarted(epoch, t_start, pids, threads, own_ns))
         return loop
@@ -155,7 +150,7 @@ class Session:
     # iterables on the CPU, timed in C between described batches; the full
     # loop adds queue depth, worker ids and CUDA events, one tuple a batch.
 
-    def _plain_loop(self, it: Iterator[Any], epoch: int, t_start: int) -> Iterator[Any]:
+    def _plain_loop(self, it: Iterator[Any], epoch: int, t_start: int, owner: Any) -> Iterator[Any]:
         # See NOTE [ Compiled hot loop ] in collector/record/hotloop.py: the Timer
         # times every next() in C, the Epoch around it calls back here for
         # every stride-th batch (NOTE [ Batch size sampling ]) and at the end.
@@ -174,17 +169,26 @@ class Session:
                 events.append(FirstBatch(epoch, t_start, t1))
             return stride[0]
 
-        def on_end(count: int) -> None:
+        def on_end(count: int, _owner: Any = owner) -> None:  # the Epoch holds on_end, and so the owner
             events.append(EpochEnded(epoch, time.perf_counter_ns(), count, timer.end_request_ns))
             clock.close()
 
         return Epoch(timer, on_batch, on_end, self.count_error, clock.read)
 
     def _full_loop(
-        self, it: Iterator[Any], epoch: int, t_start: int, probe: loader_probe.Probe | None, cuda: bool, pids: list[int]
+        self,
+        it: Iterator[Any],
+        epoch: int,
+        t_start: int,
+        probe: loader_probe.Probe | None,
+        cuda: bool,
+        pids: list[int],
+        owner: Any,
     ) -> Iterator[Any]:
         clock = LoadClock(self.monitor.ident)
-        return FullLoop(it, epoch, t_start, self.shared, probe, cuda, self.count_error, clock, pids).iterator()
+        loop = FullLoop(it, epoch, t_start, self.shared, probe, cuda, self.count_error, clock, pids)
+        loop.owner = owner
+        return loop.iterator()
 
     # -- ending -------------------------------------------------------------
 
@@ -247,7 +251,7 @@ class Session:
         self.monitor.stop_event.set()
         if threading.current_thread() is not self.monitor:
             self.monitor.join(timeout_s)
-        _open_sessions.discard(self)
+        exits.unregister(self)
 
 
 def torch_threads() -> tuple[int, int] | None:
@@ -257,47 +261,3 @@ def torch_threads() -> tuple[int, int] | None:
         return int(torch.get_num_threads()), int(torch.get_num_interop_threads())  # type: ignore[union-attr]
     except Exception:  # noqa: BLE001 - no torch, or one without these
         return None
-
-
-def is_watched(loader: Any) -> bool:
-    """True while an open ``watch`` session records ``loader``."""
-    return any(session.loader is loader for session in list(_open_sessions))
-
-
-def _install_process_hooks() -> None:
-    """Once per process: mark runs crashed on an uncaught exception, close them at exit."""
-    global _hooks_installed
-    with _hooks_lock:
-        if _hooks_installed:
-            return
-        _hooks_installed = True
-        previous = sys.excepthook
-
-        def excepthook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
-            process_ends(value)
-            previous(kind, value, tb)
-
-        sys.excepthook = excepthook
-        atexit.register(close_all)
-
-
-def process_ends(exc: BaseException) -> None:
-    """``exc`` is about to end the process: every open run records how (NOTE [ How a run ends ])."""
-    for session in list(_open_sessions):
-        session.fail(exc, process_ends=True)
-
-
-def error_text(exc: BaseException) -> str:
-    return "".join(traceback.format_exception_only(type(exc), exc)).strip()
-
-
-def exit_code(exc: SystemExit) -> int:
-    """The status ``sys.exit(code)`` gives the process, as Python computes it."""
-    if exc.code is None:
-        return 0
-    return exc.code if isinstance(exc.code, int) else 1
-
-
-def close_all() -> None:
-    for session in list(_open_sessions):
-        session.close()

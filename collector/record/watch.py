@@ -29,7 +29,7 @@ class WatchedLoader:
 
     def __iter__(self) -> Iterator[Any]:
         called_ns = time.perf_counter_ns()  # a first iter() starts the session: NOTE [ The collector's own time ]
-        return self._stallwatch_start().epoch(called_ns)
+        return self._stallwatch_start().epoch(called_ns, owner=self)
 
     def _stallwatch_start(self) -> Session:
         session = self._stallwatch_session
@@ -78,6 +78,7 @@ class _WatchedIterable(WatchedLoader):
     def __init__(self, loader: Any, session: Session) -> None:
         self._stallwatch_loader = loader
         self._stallwatch_session = session
+        weakref.finalize(self, session.close_soon)  # let go of, and no epoch left iterating: the run ends
 
     def __len__(self) -> int:
         return len(self._stallwatch_loader)
@@ -112,7 +113,7 @@ class _WatchedDataLoader(WatchedLoader):
         if session is None:  # the first iter(); or a loader a framework built from the watched one
             session = type(self)._stallwatch_spec.session(self)
             _set(self, session, getattr(self, "_stallwatch_loader", self))
-            weakref.finalize(self, session.close)  # the session holds this loader weakly
+            weakref.finalize(self, session.close_soon)  # the session holds this loader weakly: NOTE [ Weak loader ]
         return session
 
     @property
