@@ -11,7 +11,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from collector.cli.verdict import print_verdicts
+from collector.cli.verdict_helper import VerdictHelper, print_verdict_text, start_helper
 from collector.record.scoped import Scoped
 
 
@@ -36,6 +36,7 @@ class StallwatchCallback(TrainerCallback):
         self._recording = Scoped(db, gpu_hz, host_hz, {"callback": "hf"})
         self._verdict = verdict
         self._training = False
+        self._helper: VerdictHelper | None = None
 
     def on_init_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._recording.start()
@@ -43,6 +44,8 @@ class StallwatchCallback(TrainerCallback):
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._recording.start()
         self._training = True
+        if self._verdict and self._helper is None:
+            self._helper = start_helper()  # NOTE [ Verdict beside the job ]
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._training = False
@@ -59,5 +62,8 @@ class StallwatchCallback(TrainerCallback):
     def _report(self) -> None:
         # The Trainer may evaluate or predict again: keep recording, close only what ran so far.
         runs = self._recording.finish(uninstall=False)
+        helper, self._helper = self._helper, None
         if self._verdict and runs:
-            print_verdicts(self._recording.db, runs, sys.stderr)
+            print_verdict_text(helper, self._recording.db, runs, sys.stderr)
+        elif helper is not None:
+            helper.close()

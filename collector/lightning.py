@@ -15,7 +15,7 @@ try:
 except ImportError:  # the older package name
     from pytorch_lightning.callbacks import Callback  # type: ignore[assignment]
 
-from collector.cli.verdict import print_verdicts
+from collector.cli.verdict_helper import VerdictHelper, print_verdict_text, start_helper
 from collector.record.scoped import Scoped
 
 
@@ -40,11 +40,17 @@ class StallwatchCallback(Callback):
         super().__init__()
         self._recording = Scoped(db, gpu_hz, host_hz, {"callback": "lightning"})
         self._verdict = verdict
+        self._helper: VerdictHelper | None = None
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         self._recording.start()
+        if self._verdict and self._helper is None:
+            self._helper = start_helper()  # NOTE [ Verdict beside the job ]
 
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
         runs = self._recording.finish()
+        helper, self._helper = self._helper, None
         if self._verdict and runs:
-            print_verdicts(self._recording.db, runs, sys.stderr)
+            print_verdict_text(helper, self._recording.db, runs, sys.stderr)
+        elif helper is not None:
+            helper.close()

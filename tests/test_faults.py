@@ -25,7 +25,7 @@ import pytest
 from helpers import query, wait_until
 
 import collector
-from collector.writer.process import WRITER_NICE
+from collector.writer.spawn import CHILD_NICE
 from collector.writer.supervisor import MAX_RESTARTS
 
 
@@ -288,7 +288,7 @@ def test_the_loaders_of_one_process_share_one_writer_which_ends_with_the_last_of
     val.take(100)
     assert train.writer_pid == val.writer_pid and len(writers_alive()) == 1
     writer = psutil.Process(train.writer_pid)
-    assert writer.nice() == min(19, os.nice(0) + WRITER_NICE)  # NOTE [ A polite writer ]
+    assert writer.nice() == min(19, os.nice(0) + CHILD_NICE)  # NOTE [ A polite writer ]
     # In the job's session (its scheduler group, with autogroup), out of its process group (Ctrl-C).
     assert os.getsid(writer.pid) == os.getsid(0) and os.getpgid(writer.pid) == writer.pid != os.getpgid(0)
     train.close()

@@ -43,6 +43,7 @@ def add_parser(subparsers: Any) -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
+    from collector.cli.verdict_helper import start_helper
     from collector.record.autowatch import AutoWatch
     from collector.record.childboot import child_environment, set_environment
     from collector.record.runinfo import job_start
@@ -68,13 +69,14 @@ def _main(args: argparse.Namespace) -> int:
     auto = AutoWatch(os.path.abspath(args.db), rates, tags=tags)
     # Every Python the script starts records too (Lightning's DDP launcher, spawn): NOTE [ Child processes ].
     children = child_environment(os.path.abspath(args.db), args.gpu_hz, args.host_hz, tags, os.environ)
+    helper = None if args.no_verdict else start_helper()  # NOTE [ Verdict beside the job ]
     restore = set_environment({**children, **job_start(os.environ)})
     try:
         code, exit_request = run_script(target, script_args, is_module, auto)
     finally:
         restore()
     if not args.no_verdict:
-        print_verdict(auto, args.db, sys.stderr)
+        print_verdict(auto, args.db, sys.stderr, helper)
     if code == SIGINT_EXIT:
         exit_by_sigint()
     if exit_request is not None:
@@ -135,8 +137,8 @@ def _script_frames(tb: TracebackType | None) -> TracebackType | None:
     return tb
 
 
-def print_verdict(auto: Any, db: str, out: TextIO) -> None:
+def print_verdict(auto: Any, db: str, out: TextIO, helper: Any = None) -> None:
     """One block per recorded DataLoader, one per distributed job, from rank 0 only: see collector/cli/verdict.py."""
-    from collector.cli.verdict import print_verdicts
+    from collector.cli.verdict_helper import print_verdict_text
 
-    print_verdicts(db, auto.run_ids(), out, launch=auto.tags.get("launch"))
+    print_verdict_text(helper, db, auto.run_ids(), out, launch=auto.tags.get("launch"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import time
 from collections.abc import Sequence
 from typing import Any, TextIO
@@ -58,6 +59,13 @@ def print_verdicts(
     recorded = [(STAGE_ORDER.get(_stage(rows.get(run_id)), 1), run_id) for _, run_id in runs if run_id is not None]
     if recorded:
         print(f"  details: python -m collector report {db} --run {min(recorded)[1]}", file=out)
+
+
+def verdict_text(db: str, runs: Sequence[tuple[str, int | None]], launch: str | None = None) -> str:
+    """What ``print_verdicts`` prints, as text (the verdict's helper computes it: collector/cli/verdict_helper.py)."""
+    out = io.StringIO()
+    print_verdicts(db, runs, out, launch=launch)
+    return out.getvalue()
 
 
 def _one_per_job(runs: list[tuple[str, int | None]], rows: dict[int, dict[str, Any]]) -> list[tuple[str, int | None]]:

@@ -7,12 +7,10 @@ import fcntl
 import os
 import select
 import signal
-import sys
 import threading
 import time
 import weakref
 from collections.abc import Callable
-from pathlib import Path
 
 from collector.writer.frames import (
     Alive,
@@ -24,35 +22,12 @@ from collector.writer.frames import (
     encode_message,
 )
 from collector.writer.pipe import READ_BYTES, FrameBuffer
+from collector.writer.spawn import spawn_child
 
 PIPE_BYTES = READ_BYTES  # one flush of a 100k batches/s loop, so the monitor rarely waits
 F_SETPIPE_SZ = 1031  # Linux; elsewhere the default pipe size only means more round trips
-PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding collector/
-# Isolated (-I: no working directory, no PYTHON* variables on the path; -S:
-# no site, whose .pth files cost a writer about 25 ms of CPU), the
-# standard library imported first, then this very copy of collector: the
-# writer runs the same code as its parent whatever the user's sys.path.
-# The parent's other absolute path entries come last, so psutil and pynvml
-# (NOTE [ Sampling beside the writer ]) are found even from a user site.
-# NOTE [ A polite writer ]
-# The job's own threads (the step's intra-op threads, the workers) are what
-# matter on a machine they fill; a wakeup of the writer's (a ping, a sample,
-# a flush) that preempts one of them can hold up a whole parallel region of
-# the step. So the writer runs at nice +WRITER_NICE: the scheduler then
-# rarely preempts the job for it and runs it in the gaps, and its own work,
-# about 1% of a core, is never urgent (silence counts only after a second).
-# Set from here at the spawn, so its boot (0.1 s of CPU) is polite too; and in
-# the job's session: Linux's autogroup weighs a new session as an equal of
-# the whole job, nice or not (there its boot held a 2-worker loader's first
-# batch back by about 30 ms, bench/bench_stall.py). Its own process group
-# keeps Ctrl-C away.
-WRITER_NICE = 10
-BOOT = (
-    "import os, sys, array, dataclasses, json, marshal, select, signal, sqlite3, struct; "
-    "sys.path.insert(0, {root!r}); "
-    "sys.path += [p for p in {path!r} if p not in sys.path]; "
-    "from collector.writer.child import main; main()"
-)
+BOOT_IMPORTS = "import os, sys, array, dataclasses, json, marshal, select, signal, sqlite3, struct; "
+BOOT_CODE = "from collector.writer.child import main; main()"
 
 
 # NOTE [ Writer health ]
@@ -81,25 +56,7 @@ class WriterProcess:
         frames_r, self._frames = _pipe()
         self._replies, replies_w = _pipe()
         try:
-            # posix_spawn, not subprocess: it waits for the exec on no pipe, so
-            # it is safe from any thread while workers fork (NOTE [ Forked children ]).
-            self.pid = os.posix_spawn(
-                sys.executable,
-                [
-                    sys.executable,
-                    "-I",
-                    "-S",
-                    "-c",
-                    BOOT.format(root=PACKAGE_ROOT, path=_parent_path()),
-                ],
-                dict(os.environ),
-                file_actions=[
-                    (os.POSIX_SPAWN_DUP2, frames_r, 0),
-                    (os.POSIX_SPAWN_DUP2, replies_w, 1),
-                    (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
-                ],
-                setpgroup=0,  # Ctrl-C reaches the training process only; not setsid: NOTE [ A polite writer ]
-            )
+            self.pid = spawn_child(BOOT_CODE, frames_r, replies_w, imports=BOOT_IMPORTS)  # NOTE [ A polite writer ]
         except BaseException:
             for fd in (self._frames, self._replies):
                 os.close(fd)
@@ -107,8 +64,6 @@ class WriterProcess:
         finally:
             os.close(frames_r)
             os.close(replies_w)
-        with contextlib.suppress(OSError):  # NOTE [ A polite writer ]; raising a child's nice is always allowed
-            os.setpriority(os.PRIO_PROCESS, self.pid, min(19, os.getpriority(os.PRIO_PROCESS, 0) + WRITER_NICE))
         with contextlib.suppress(OSError):
             fcntl.fcntl(self._frames, F_SETPIPE_SZ, PIPE_BYTES)
         os.set_blocking(self._frames, False)
@@ -300,7 +255,3 @@ def _close_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_close_in_child)
-
-
-def _parent_path() -> list[str]:
-    return [p for p in sys.path if p and os.path.isabs(p)]

@@ -1,0 +1,159 @@
+"""The end-of-run verdict, prepared beside the job: a helper process that imports the diagnosis while the job runs."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import sys
+import time
+import weakref
+from collections.abc import Sequence
+from typing import TextIO
+
+from collector.writer.spawn import spawn_child
+
+# NOTE [ Verdict beside the job ]
+# The verdict printed when a script ends (``collector run``) needs pandas and
+# the diagnosis rules: 0.3-0.5 s of CPU to import, on the job's critical path
+# at its very end. So a helper process starts with the job, as politely as
+# the writer (NOTE [ A polite writer ]: nice +10 in the job's session, so it
+# runs on CPU the job leaves), imports them, says "ready" and waits. At the
+# end the training process sends it the file, the runs and the launch tag,
+# and prints the text it answers: the same ``verdict_text``, computed there.
+# A helper not ready by then (a script of a few seconds, a machine the job
+# fills), one that cannot start, dies, or does not answer within
+# ANSWER_TIMEOUT_S is ended, and the verdict is computed here, as before.
+# Only a process that prints a verdict starts one (not ranks other than 0).
+# Forked DataLoader workers close their copies of its pipes, so the helper
+# sees its input end, and exits, when the training process is gone. It holds
+# about 100 MB (pandas, pyarrow, numpy) while the job runs.
+ANSWER_TIMEOUT_S = 10.0
+SERVE = "from collector.cli.verdict_helper import serve; serve()"
+READY = b"ready\n"
+
+Runs = Sequence[tuple[str, int | None]]  # (name, run id) per recorded DataLoader
+_helpers: weakref.WeakSet[VerdictHelper] = weakref.WeakSet()
+
+
+class VerdictHelper:
+    """The helper process. ``text`` never raises: None means "compute it here"."""
+
+    def __init__(self, code: str = SERVE) -> None:
+        self.pid: int | None = None
+        self._buffer = b""
+        req_r, self._req = os.pipe()
+        self._rep, rep_w = os.pipe()
+        try:
+            self.pid = spawn_child(code, req_r, rep_w)
+        except OSError:
+            self._close_fds()
+        finally:
+            os.close(req_r)
+            os.close(rep_w)
+        if self.pid is not None:
+            _helpers.add(self)
+
+    @property
+    def ready(self) -> bool:
+        """It has imported everything and waits for the question."""
+        while self.pid is not None and not self._buffer.startswith(READY) and self._more(0.0):
+            pass
+        return self._buffer.startswith(READY)
+
+    def text(self, db: str, runs: Runs, launch: str | None = None) -> str | None:
+        """The verdict's text from the helper, or None where it is not ready or fails; the helper ends either way."""
+        try:
+            return self._ask(db, runs, launch) if self.ready else None
+        finally:
+            self.close()
+
+    def _ask(self, db: str, runs: Runs, launch: str | None) -> str | None:
+        try:
+            os.write(self._req, json.dumps({"db": db, "runs": list(runs), "launch": launch}).encode() + b"\n")
+            deadline = time.monotonic() + ANSWER_TIMEOUT_S
+            while not (len(self._buffer) > len(READY) and self._buffer.endswith(b"\n")):
+                if not self._more(deadline - time.monotonic()):
+                    return None
+            answer = json.loads(self._buffer[len(READY) :])
+        except (OSError, ValueError):
+            return None
+        return answer if isinstance(answer, str) else None
+
+    def _more(self, timeout_s: float) -> bool:
+        """Read what the helper wrote, waiting up to ``timeout_s``; False at a timeout, its end or an error."""
+        try:
+            if not select.select([self._rep], [], [], max(0.0, timeout_s))[0]:
+                return False
+            chunk = os.read(self._rep, 1 << 16)
+        except (OSError, ValueError):
+            return False
+        self._buffer += chunk
+        return bool(chunk)
+
+    def close(self) -> None:
+        """End the helper and reap it. Idempotent."""
+        if self.pid is not None:
+            with contextlib.suppress(OSError):
+                os.kill(self.pid, signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                os.waitpid(self.pid, 0)
+            self.pid = None
+        self._close_fds()
+
+    def _close_fds(self) -> None:
+        _helpers.discard(self)
+        for fd in (self._req, self._rep):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._req = self._rep = -1
+
+
+def _close_in_child() -> None:
+    for helper in list(_helpers):
+        helper._close_fds()
+        helper.pid = None  # not this process's child
+
+
+os.register_at_fork(after_in_child=_close_in_child)
+
+
+def start_helper() -> VerdictHelper | None:
+    """A helper where this process will print a verdict; None on ranks other than 0."""
+    return VerdictHelper() if prints_verdict() else None
+
+
+def print_verdict_text(
+    helper: VerdictHelper | None, db: str, runs: Runs, out: TextIO, launch: str | None = None
+) -> None:
+    """Print the verdict: the helper's text where it is ready, else the same text computed here. Ends the helper."""
+    from collector.cli.verdict import verdict_text
+
+    text = None if helper is None else helper.text(db, runs, launch)
+    out.write(verdict_text(db, runs, launch=launch) if text is None else text)
+    out.flush()
+
+
+def prints_verdict(environ: dict[str, str] | os._Environ[str] = os.environ) -> bool:
+    """Whether this process will print a verdict, so a helper is worth starting: not a rank other than 0."""
+    return environ.get("RANK", "0").strip() in ("", "0")
+
+
+def serve() -> None:
+    """In the helper: import the diagnosis, say ready, answer one question (db, runs, launch) with the verdict's text."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from collector.cli.verdict import verdict_text
+    from collector.diagnosis import diagnose_job  # noqa: F401 - pandas and every rule, imported while the job runs
+
+    sys.stdout.buffer.write(READY)
+    sys.stdout.buffer.flush()
+    request = sys.stdin.buffer.readline()
+    if not request:
+        return  # the training process is gone
+    asked = json.loads(request)
+    runs = [(str(name), None if run_id is None else int(run_id)) for name, run_id in asked["runs"]]
+    answer = verdict_text(asked["db"], runs, launch=asked["launch"])
+    sys.stdout.buffer.write(json.dumps(answer).encode() + b"\n")
+    sys.stdout.buffer.flush()

@@ -1,0 +1,84 @@
+"""The verdict's helper (NOTE [ Verdict beside the job ]): the very text computed here, and here whenever it fails."""
+
+from __future__ import annotations
+
+import io
+import os
+
+import psutil
+import pytest
+import torch
+from helpers import wait_until
+from torch.utils.data import DataLoader
+
+import collector
+from collector.cli.run import print_verdict
+from collector.cli.verdict import verdict_text
+from collector.cli.verdict_helper import VerdictHelper, prints_verdict
+from collector.writer.spawn import CHILD_NICE
+
+READY_S = 60  # pandas' import on a loaded machine, at nice +10
+
+
+def recorded(db_path: str) -> list[tuple[str, int | None]]:
+    loader = collector.watch(DataLoader(torch.arange(64), batch_size=4), db=db_path, run="helped", gpu_hz=0, host_hz=0)
+    for _ in loader:
+        pass
+    loader.close()
+    return [("helped", loader.run_id)]
+
+
+class Recorded:
+    """What print_verdict reads of collector run's AutoWatch."""
+
+    def __init__(self, runs: list[tuple[str, int | None]]) -> None:
+        self.runs = runs
+        self.tags = {"launch": "host:1:2.0"}
+
+    def run_ids(self) -> list[tuple[str, int | None]]:
+        return self.runs
+
+
+def test_a_ready_helper_answers_the_very_text_computed_here_and_then_ends(db_path):
+    runs = recorded(db_path)
+    helper = VerdictHelper()
+    pid = helper.pid
+    assert pid is not None
+    # As polite as the writer: niced, in the job's session, out of its process group (NOTE [ A polite writer ]).
+    assert psutil.Process(pid).nice() == min(19, os.nice(0) + CHILD_NICE)
+    assert os.getsid(pid) == os.getsid(0) and os.getpgid(pid) == pid
+    assert wait_until(lambda: helper.ready, timeout_s=READY_S)
+    out = io.StringIO()
+    print_verdict(Recorded(runs), db_path, out, helper)
+    assert out.getvalue() == verdict_text(db_path, runs, launch="host:1:2.0")
+    assert f"helped (run {runs[0][1]})" in out.getvalue()
+    assert not psutil.pid_exists(pid)
+
+
+def test_a_helper_not_ready_yet_is_ended_and_the_verdict_computed_here(db_path):
+    runs = recorded(db_path)
+    helper = VerdictHelper(code="import time; time.sleep(120)")
+    pid = helper.pid
+    out = io.StringIO()
+    print_verdict(Recorded(runs), db_path, out, helper)
+    assert out.getvalue() == verdict_text(db_path, runs, launch="host:1:2.0") != ""
+    assert not psutil.pid_exists(pid)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    ["", "not json\\n", "42\\n"],
+    ids=["dies without answering", "answers garbage", "answers no text"],
+)
+def test_a_ready_helper_that_fails_to_answer_gives_none_and_is_ended(db_path, answer):
+    code = f"import sys; sys.stdout.write('ready\\n'); sys.stdout.flush(); sys.stdin.readline(); sys.stdout.write('{answer}')"
+    helper = VerdictHelper(code=code)
+    pid = helper.pid
+    assert wait_until(lambda: helper.ready, timeout_s=READY_S)
+    assert helper.text(db_path, recorded(db_path)) is None
+    assert not psutil.pid_exists(pid)
+
+
+def test_only_a_process_that_prints_the_verdict_starts_a_helper():
+    assert prints_verdict({}) and prints_verdict({"RANK": "0"})
+    assert not prints_verdict({"RANK": "1"}) and not prints_verdict({"RANK": "3"})
