@@ -82,3 +82,17 @@ def test_a_ready_helper_that_fails_to_answer_gives_none_and_is_ended(db_path, an
 def test_only_a_process_that_prints_the_verdict_starts_a_helper():
     assert prints_verdict({}) and prints_verdict({"RANK": "0"})
     assert not prints_verdict({"RANK": "1"}) and not prints_verdict({"RANK": "3"})
+
+
+def test_the_helper_answers_at_the_jobs_own_priority_where_it_may_be_raised_back(db_path):
+    code = (
+        "import json, os, sys; sys.stdout.write('ready\\n'); sys.stdout.flush(); sys.stdin.readline(); "
+        "sys.stdout.write(json.dumps(str(os.nice(0))) + '\\n'); sys.stdout.flush()"
+    )
+    helper = VerdictHelper(code=code)
+    assert wait_until(lambda: helper.ready, timeout_s=READY_S)
+    answered_at = int(helper.text(db_path, []) or "-100")
+    if os.geteuid() == 0:  # allowed to lower a nice value again
+        assert answered_at == os.nice(0)
+    else:
+        assert answered_at in (os.nice(0), min(19, os.nice(0) + CHILD_NICE))

@@ -22,7 +22,10 @@ from collector.writer.spawn import spawn_child
 # the writer (NOTE [ A polite writer ]: nice +10 in the job's session, so it
 # runs on CPU the job leaves), imports them, says "ready" and waits. At the
 # end the training process sends it the file, the runs and the launch tag,
-# and prints the text it answers: the same ``verdict_text``, computed there.
+# and prints the text it answers: the same ``verdict_text``, computed there,
+# at the job's own priority where the user may raise it back (root,
+# CAP_SYS_NICE, RLIMIT_NICE); elsewhere it answers at nice +10, which beside
+# other busy processes is about as slow as computing it here.
 # A helper not ready by then (a script of a few seconds, a machine the job
 # fills), one that cannot start, dies, or does not answer within
 # ANSWER_TIMEOUT_S is ended, and the verdict is computed here, as before.
@@ -71,6 +74,9 @@ class VerdictHelper:
             self.close()
 
     def _ask(self, db: str, runs: Runs, launch: str | None) -> str | None:
+        assert self.pid is not None
+        with contextlib.suppress(OSError):  # the job's own priority for the answer, where that is allowed
+            os.setpriority(os.PRIO_PROCESS, self.pid, os.getpriority(os.PRIO_PROCESS, 0))
         try:
             os.write(self._req, json.dumps({"db": db, "runs": list(runs), "launch": launch}).encode() + b"\n")
             deadline = time.monotonic() + ANSWER_TIMEOUT_S
