@@ -12,6 +12,7 @@ from helpers import wait_until
 from torch.utils.data import DataLoader
 
 import collector
+from collector.cli import verdict_helper
 from collector.cli.run import print_verdict
 from collector.cli.verdict import verdict_text
 from collector.cli.verdict_helper import VerdictHelper, prints_verdict
@@ -55,7 +56,8 @@ def test_a_ready_helper_answers_the_very_text_computed_here_and_then_ends(db_pat
     assert not psutil.pid_exists(pid)
 
 
-def test_a_helper_not_ready_yet_is_ended_and_the_verdict_computed_here(db_path):
+def test_a_helper_never_ready_is_ended_and_the_verdict_computed_here(db_path, monkeypatch):
+    monkeypatch.setattr(verdict_helper, "ANSWER_TIMEOUT_S", 0.5)  # how long a raised helper is waited for
     runs = recorded(db_path)
     helper = VerdictHelper(code="import time; time.sleep(120)")
     pid = helper.pid
@@ -96,3 +98,15 @@ def test_the_helper_answers_at_the_jobs_own_priority_where_it_may_be_raised_back
         assert answered_at == os.nice(0)
     else:
         assert answered_at in (os.nice(0), min(19, os.nice(0) + CHILD_NICE))
+
+
+def test_a_helper_still_importing_at_the_end_finishes_at_the_jobs_priority_where_allowed(db_path):
+    code = (
+        "import json, sys, time; time.sleep(0.5); sys.stdout.write('ready\\n'); sys.stdout.flush(); "
+        "sys.stdin.readline(); sys.stdout.write(json.dumps('from the helper') + '\\n'); sys.stdout.flush()"
+    )
+    helper = VerdictHelper(code=code)
+    assert not helper.ready
+    answer = helper.text(db_path, [])
+    # Raised back to the job's priority (allowed as root), it is waited for; else the caller computes the text.
+    assert answer == ("from the helper" if os.geteuid() == 0 else None)

@@ -24,11 +24,12 @@ from collector.writer.spawn import spawn_child
 # end the training process sends it the file, the runs and the launch tag,
 # and prints the text it answers: the same ``verdict_text``, computed there,
 # at the job's own priority where the user may raise it back (root,
-# CAP_SYS_NICE, RLIMIT_NICE); elsewhere it answers at nice +10, which beside
-# other busy processes is about as slow as computing it here.
-# A helper not ready by then (a script of a few seconds, a machine the job
-# fills), one that cannot start, dies, or does not answer within
-# ANSWER_TIMEOUT_S is ended, and the verdict is computed here, as before.
+# CAP_SYS_NICE, RLIMIT_NICE; then a helper still importing finishes at that
+# priority, never slower than starting over here); elsewhere it answers at
+# nice +10, which beside other busy processes is about as slow as computing
+# it here, and a helper not ready yet (a script of a few seconds, a machine
+# the job fills) is ended and the verdict computed here, as before. So is one
+# that cannot start, dies, or does not answer within ANSWER_TIMEOUT_S.
 # Only a process that prints a verdict starts one (not ranks other than 0).
 # Forked DataLoader workers close their copies of its pipes, so the helper
 # sees its input end, and exits, when the training process is gone. It holds
@@ -67,16 +68,33 @@ class VerdictHelper:
         return self._buffer.startswith(READY)
 
     def text(self, db: str, runs: Runs, launch: str | None = None) -> str | None:
-        """The verdict's text from the helper, or None where it is not ready or fails; the helper ends either way."""
+        """The verdict's text from the helper, or None where it cannot give it; the helper ends either way."""
         try:
-            return self._ask(db, runs, launch) if self.ready else None
+            if self.pid is None:
+                return None
+            raised = self._raise_priority()
+            if not self.ready and not (raised and self._until_ready(time.monotonic() + ANSWER_TIMEOUT_S)):
+                return None  # still importing at nice +10: computing it here is quicker
+            return self._ask(db, runs, launch)
         finally:
             self.close()
 
-    def _ask(self, db: str, runs: Runs, launch: str | None) -> str | None:
+    def _raise_priority(self) -> bool:
+        """The job's own priority for the answer, where the user may raise it back (root, CAP_SYS_NICE, RLIMIT_NICE)."""
         assert self.pid is not None
-        with contextlib.suppress(OSError):  # the job's own priority for the answer, where that is allowed
+        try:
             os.setpriority(os.PRIO_PROCESS, self.pid, os.getpriority(os.PRIO_PROCESS, 0))
+        except OSError:
+            return False
+        return True
+
+    def _until_ready(self, deadline: float) -> bool:
+        while not self._buffer.startswith(READY):
+            if not self._more(deadline - time.monotonic()):
+                return False
+        return True
+
+    def _ask(self, db: str, runs: Runs, launch: str | None) -> str | None:
         try:
             os.write(self._req, json.dumps({"db": db, "runs": list(runs), "launch": launch}).encode() + b"\n")
             deadline = time.monotonic() + ANSWER_TIMEOUT_S
