@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gc
 import os
+import sqlite3
+import threading
 import time
 import warnings
 
@@ -116,10 +118,13 @@ def test_breaking_out_of_an_epoch_is_not_a_crash(db_path):
 
 
 def runs_and_rows(db_path):
-    return query(
-        db_path,
-        "SELECT name, status, (SELECT COUNT(*) FROM batches b WHERE b.run_id = r.id) FROM runs r ORDER BY id",
-    )
+    try:
+        return query(
+            db_path,
+            "SELECT name, status, (SELECT COUNT(*) FROM batches b WHERE b.run_id = r.id) FROM runs r ORDER BY id",
+        )
+    except sqlite3.OperationalError:  # the writer has not made the file's tables yet
+        return None
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -135,6 +140,18 @@ def test_a_loader_watched_in_the_for_statement_itself_records_every_batch_and_th
         pass
     expected = [("inline-0", "completed", 200), ("inline-1", "completed", 200), ("inline-iterable", "completed", 500)]
     assert wait_until(lambda: runs_and_rows(db_path) == expected, timeout_s=10), runs_and_rows(db_path)
+
+
+def test_a_loader_let_go_of_at_exit_where_no_thread_can_start_is_closed_at_once(db_path, monkeypatch):
+    watched = quiet(iter(range(50)), db_path, run="at-exit")
+    list(watched)
+
+    def refused(self):
+        raise RuntimeError("can't create new thread at interpreter shutdown")  # Python 3.12+ in atexit
+
+    monkeypatch.setattr(threading.Timer, "start", refused)
+    watched._stallwatch_session.close_soon()
+    assert runs_and_rows(db_path) == [("at-exit", "completed", 50)]
 
 
 def test_epochs_record_first_batch_latency_and_bounds(db_path):

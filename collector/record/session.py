@@ -239,7 +239,10 @@ class Session:
         """
         timer = threading.Timer(CLOSE_GRACE_S, self.close)
         timer.daemon = True
-        timer.start()
+        try:
+            timer.start()
+        except RuntimeError:  # at exit, where Python 3.12+ starts no thread (a finalizer run by atexit): now
+            self.close()
 
     def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
         """Flush everything and mark the run ended. Idempotent; never raises."""
