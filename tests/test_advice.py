@@ -171,3 +171,10 @@ def test_settings_that_need_workers_are_dropped_when_the_advice_is_no_workers():
     with pytest.raises(ValueError):
         DataLoader(list(range(4)), **{s.parameter: s.suggested for s in both})
     assert constructible(both[1:]) == both[1:]  # with workers, nothing is dropped
+    # Where a setting that needs workers expects more (persistent workers against an epoch-start stall), it
+    # is kept and num_workers=0 dropped.
+    better = [
+        Suggestion("num_workers", 2, 0, "no workers", 1.2),
+        Suggestion("persistent_workers", False, True, "", 2.6),
+    ]
+    assert [s.parameter for s in constructible(better)] == ["persistent_workers"]

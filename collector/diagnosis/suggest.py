@@ -117,9 +117,13 @@ WORKER_ONLY = ("persistent_workers", "prefetch_factor")  # DataLoader raises Val
 
 
 def constructible(suggestions: list[Suggestion]) -> list[Suggestion]:
-    """Drop the settings a suggested ``num_workers=0`` makes invalid, so the pasted line constructs."""
-    if not any(s.parameter == "num_workers" and s.suggested == 0 for s in suggestions):
+    """So the pasted line constructs: ``num_workers=0`` or the settings that need workers, whichever expects more."""
+    zero = next((s for s in suggestions if s.parameter == "num_workers" and s.suggested == 0), None)
+    if zero is None:
         return suggestions
+    needing = [s.expected_speedup or 0.0 for s in suggestions if s.parameter in WORKER_ONLY]
+    if max(needing, default=0.0) > (zero.expected_speedup or 0.0):
+        return [s for s in suggestions if s is not zero]  # the better cure keeps the workers
     return [s for s in suggestions if s.parameter not in WORKER_ONLY]
 
 
