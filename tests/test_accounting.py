@@ -14,7 +14,8 @@ from helpers import query
 from torch.utils.data import DataLoader
 
 import collector
-from collector.sample.schedstat import ThreadClock, process_totals, split
+from collector.sample.procfs import Process
+from collector.sample.schedstat import ThreadClock, split
 
 HAS_SCHEDSTAT = os.path.exists("/proc/thread-self/schedstat")
 needs_schedstat = pytest.mark.skipif(not HAS_SCHEDSTAT, reason="no /proc/thread-self/schedstat on this OS")
@@ -33,6 +34,8 @@ def record(loader, db_path, epochs=1, host_hz=0.0):
 
 
 def write_proc(root: Path, pid: int, threads: dict[int, str]) -> None:
+    (root / str(pid)).mkdir(parents=True, exist_ok=True)
+    (root / str(pid) / "stat").write_text(f"{pid} (python) S 1 " + "0 " * 40 + "\n")
     for tid, text in threads.items():
         task = root / str(pid) / "task" / str(tid)
         task.mkdir(parents=True)
@@ -41,11 +44,12 @@ def write_proc(root: Path, pid: int, threads: dict[int, str]) -> None:
 
 def test_process_totals_sum_cpu_and_run_queue_over_every_thread(tmp_path):
     write_proc(tmp_path, 42, {42: "1500000000 250000000 10\n", 43: "500000000 750000000 3\n"})
-    assert process_totals(42, proc=str(tmp_path)) == (2.0, 1.0, 2)
+    assert Process(42, proc=str(tmp_path)).thread_totals() == (2.0, 1.0, 2)
 
 
 def test_without_schedstat_totals_are_unknown_and_a_thread_clock_falls_back_to_its_cpu_clock(tmp_path):
-    assert process_totals(42, proc=str(tmp_path)) is None
+    write_proc(tmp_path, 42, {})
+    assert Process(42, proc=str(tmp_path)).thread_totals() is None
     clock = ThreadClock(proc=str(tmp_path))
     assert clock.fd is None and clock.raw() is None
     cpu_ns, runq_ns = split(clock.raw())

@@ -118,7 +118,7 @@ def test_access_denied_on_processes_nulls_their_fields(collector_warnings):
         NoSuchProcess=psutil.NoSuchProcess,
     )
     warned = []
-    sampler = HostSampler(lambda key, msg: warned.append(key), psutil=fake_psutil, main_pid=1)
+    sampler = HostSampler(lambda key, msg: warned.append(key), psutil=fake_psutil, main_pid=1, proc=None)
     procs = sampler.processes(10.0, {2: 0}, detail=True)
     assert [(p.pid, p.role, p.cpu_pct, p.rss_bytes) for p in procs] == [
         (1, "main", None, None),
@@ -194,8 +194,11 @@ class CostlyHost:
             self.cpu[0] += self.detail_cpu_s
         return []
 
+    def close(self):
+        pass
 
-@pytest.mark.parametrize(("detail_cpu_s", "expected_gap_s"), [(0.004, 5.0), (0.04, 20.0)])
+
+@pytest.mark.parametrize(("detail_cpu_s", "expected_gap_s"), [(0.004, 5.0), (0.04, 40.0)])
 def test_uss_pss_reads_back_off_when_they_cost_more_than_their_budget(detail_cpu_s, expected_gap_s):
     now, cpu = [0.0], [0.0]
     host = CostlyHost(cpu, detail_cpu_s)
@@ -209,12 +212,17 @@ def test_uss_pss_reads_back_off_when_they_cost_more_than_their_budget(detail_cpu
         clock=lambda: now[0],
         cpu_clock=lambda: cpu[0],
     )
-    while now[0] < 60.0:
+    while now[0] < 10.0:
+        now[0] = sampler.due()
+        sampler.sample()
+    assert host.details == []  # no worker yet: nothing to read USS/PSS of
+    sampler.see_workers(0, [2, 3])
+    while now[0] < 120.0:
         now[0] = sampler.due()
         sampler.sample()
     gaps = {round(b - a, 1) for a, b in zip(host.details, host.details[1:], strict=False)}
-    assert gaps == {expected_gap_s}  # 2 ms of CPU a second at most: 40 ms a read -> every 20 s
-    assert len(sampler.take()[0]["host_samples"]) == 121
+    assert host.details[0] == 10.5 and gaps == {expected_gap_s}  # 1 ms of CPU a second at most: 40 ms -> every 40 s
+    assert len(sampler.take()[0]["host_samples"]) == 241
 
 
 class BusyHost(CostlyHost):
@@ -242,6 +250,7 @@ def test_sampling_backs_off_while_the_machine_is_saturated_and_returns_when_it_i
         wall_clock=lambda: now[0],
         clock=lambda: now[0],
     )
+    sampler.see_workers(0, [2])
     while now[0] < 60.0:
         now[0] = sampler.due()
         sampler.sample()

@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 import psutil as _psutil
 
-from collector.sample.schedstat import process_totals
+from collector.sample import procfs
 
 Warn = Callable[[str, str], None]
 
 
-@dataclass(frozen=True)
-class HostSample:
+class HostSample(NamedTuple):
     ts: float
     cpu_pct: float | None  # whole machine, 100 = every core busy
     per_core_pct: tuple[float, ...] | None
@@ -24,8 +23,7 @@ class HostSample:
     disk_read_bps: float | None
 
 
-@dataclass(frozen=True)
-class ProcSample:
+class ProcSample(NamedTuple):  # a tuple: it is the proc_samples row as it stands
     ts: float
     pid: int
     role: str  # "main" | "worker"
@@ -40,49 +38,65 @@ class ProcSample:
 
 
 class HostSampler:
-    """Samples the machine and the training processes; ``psutil`` is a parameter for tests."""
+    """Samples the machine and the training processes.
+
+    Through /proc where it can be opened (NOTE [ Sampling through /proc ] in
+    procfs.py), else through psutil; ``proc=None`` and ``psutil`` are for
+    tests (a fake psutil alone). USS/PSS always come from psutil.
+    """
 
     def __init__(
         self,
         warn: Warn,
         psutil: ModuleType = _psutil,
         main_pid: int | None = None,
-        schedstat: Callable[[int], tuple[float, float, int] | None] = process_totals,
+        proc: str | None = procfs.PROC,
     ) -> None:
-        self._schedstat = schedstat
         self._ps = psutil
         self._warn = warn
         self._main_pid = os.getpid() if main_pid is None else main_pid
-        self._procs: dict[int, Any] = {}
+        self._proc = proc
+        self._files: dict[int, procfs.Process] = {}
+        self._procs: dict[int, Any] = {}  # psutil's, for what /proc did not give
+        self._last_cpu: dict[int, tuple[float, float]] = {}  # pid -> (monotonic, its CPU seconds)
         self._last_disk: tuple[float, int] | None = None
-        try:
-            psutil.cpu_percent(percpu=True)  # primes the per-core counters
-        except (psutil.Error, OSError) as exc:  # a sandbox may hide /proc/stat
-            warn("psutil-cpu", f"host CPU figures are off: {exc}")
+        self._machine: procfs.Machine | None = None
+        if proc is not None:
+            try:
+                self._machine = procfs.Machine(proc)
+            except OSError:  # not Linux, or a sandbox that hides /proc: psutil knows the other ways
+                self._proc = None
+        if self._machine is None:
+            self._try("psutil-cpu", lambda: psutil.cpu_percent(percpu=True))  # primes the per-core counters
 
     def host(self, now: float) -> HostSample:
-        ps = self._ps
-        per_core = self._try("psutil-cpu", lambda: tuple(float(v) for v in ps.cpu_percent(percpu=True)))
+        ps, machine = self._ps, self._machine
+        if machine is not None:
+            per_core = self._known("proc-cpu", machine.per_core_pct())
+            available = self._known("proc-mem", machine.available_bytes())
+            read = self._known("proc-disk", machine.disk_read_bytes())
+        else:
+            per_core = self._try("psutil-cpu", lambda: tuple(float(v) for v in ps.cpu_percent(percpu=True)))
+            available = self._try("psutil-mem", lambda: int(ps.virtual_memory().available))
+            counters = self._try("psutil-disk", ps.disk_io_counters)
+            read = None if counters is None else int(counters.read_bytes)
         cpu = None if not per_core else sum(per_core) / len(per_core)
-        available = self._try("psutil-mem", lambda: int(ps.virtual_memory().available))
-        return HostSample(now, cpu, per_core, available, self._disk_rate(now))
+        return HostSample(now, cpu, per_core, available, self._disk_rate(now, read))
 
-    def _disk_rate(self, now: float) -> float | None:
-        counters = self._try("psutil-disk", self._ps.disk_io_counters)
-        if counters is None:
+    def _disk_rate(self, now: float, read: int | None) -> float | None:
+        if read is None:
             return None
-        read = int(counters.read_bytes)
         last, self._last_disk = self._last_disk, (now, read)
         if last is None or now <= last[0]:
             return None
         return max(0.0, (read - last[1]) / (now - last[0]))
 
     def processes(self, now: float, workers: Mapping[int, int], detail: bool) -> list[ProcSample]:
-        """The main process and each worker (pid -> worker id); USS/PSS only when ``detail``."""
+        """The main process and each worker (pid -> worker id); the workers' USS/PSS only when ``detail``."""
         wanted = {self._main_pid: None, **workers}
-        for pid in list(self._procs):
+        for pid in set(self._files) | set(self._procs) | set(self._last_cpu):
             if pid not in wanted:
-                del self._procs[pid]
+                self._forget(pid)
         samples = []
         for pid, worker_id in wanted.items():
             sample = self._process(now, pid, worker_id, detail)
@@ -91,35 +105,71 @@ class HostSampler:
         return samples
 
     def _process(self, now: float, pid: int, worker_id: int | None, detail: bool) -> ProcSample | None:
-        ps = self._ps
-        try:
-            proc = self._procs.get(pid)
-            if proc is None:
-                proc = self._procs[pid] = ps.Process(pid)
-                proc.cpu_percent()  # first call only primes the counter
-                cpu = None
-            else:
-                cpu = float(proc.cpu_percent())
-            rss = int(proc.memory_info().rss)
-        except ps.NoSuchProcess:
-            self._procs.pop(pid, None)
-            return None
-        except ps.AccessDenied:
-            self._warn("psutil-access", f"not allowed to read process {pid}: its CPU and memory are NULL")
-            return ProcSample(now, pid, "main" if worker_id is None else "worker", worker_id, None, None, None, None)
-        uss = pss = None
-        if detail:
-            try:
-                full = proc.memory_full_info()
-                uss = int(full.uss)
-                pss = int(getattr(full, "pss", 0)) or None
-            except (ps.AccessDenied, ps.NoSuchProcess, OSError):
-                pass
         role = "main" if worker_id is None else "worker"
-        totals = self._schedstat(pid)
-        if totals is None:
-            return ProcSample(now, pid, role, worker_id, cpu, rss, uss, pss)
-        return ProcSample(now, pid, role, worker_id, cpu, rss, uss, pss, *totals)
+        try:
+            reading = self._read(pid)
+        except (PermissionError, self._ps.AccessDenied):
+            self._warn("psutil-access", f"not allowed to read process {pid}: its CPU and memory are NULL")
+            return ProcSample(now, pid, role, worker_id, None, None, None, None)
+        if reading is None:  # gone
+            self._forget(pid)
+            return None
+        cpu_s, rss, totals = reading
+        clock = time.monotonic()
+        last = self._last_cpu.get(pid)
+        self._last_cpu[pid] = (clock, cpu_s)
+        cpu = None if last is None or clock <= last[0] else max(0.0, (cpu_s - last[1]) / (clock - last[0]) * 100)
+        uss, pss = self._memory_detail(pid) if detail and worker_id is not None else (None, None)
+        return ProcSample(now, pid, role, worker_id, cpu, rss, uss, pss, *(totals or ()))
+
+    def _read(self, pid: int) -> tuple[float, int, tuple[float, float, int] | None] | None:
+        """(CPU seconds, RSS, schedstat totals or None) of ``pid``; None once it is gone."""
+        if self._proc is not None:
+            files = self._files.get(pid)
+            if files is None:
+                try:
+                    files = self._files[pid] = procfs.Process(pid, self._proc)
+                except FileNotFoundError:
+                    return None
+            cpu_rss = files.cpu_and_rss()
+            return None if cpu_rss is None else (*cpu_rss, files.thread_totals())
+        try:
+            proc = self._psutil_process(pid)
+            times = proc.cpu_times()
+            return float(times.user + times.system), int(proc.memory_info().rss), None
+        except self._ps.NoSuchProcess:
+            return None
+
+    def _memory_detail(self, pid: int) -> tuple[int | None, int | None]:
+        try:
+            full = self._psutil_process(pid).memory_full_info()
+            return int(full.uss), int(getattr(full, "pss", 0)) or None
+        except (self._ps.Error, OSError):
+            return None, None
+
+    def _psutil_process(self, pid: int) -> Any:
+        proc = self._procs.get(pid)
+        if proc is None:
+            proc = self._procs[pid] = self._ps.Process(pid)
+        return proc
+
+    def _forget(self, pid: int) -> None:
+        files = self._files.pop(pid, None)
+        if files is not None:
+            files.close()
+        self._procs.pop(pid, None)
+        self._last_cpu.pop(pid, None)
+
+    def close(self) -> None:
+        for pid in list(self._files):
+            self._forget(pid)
+        if self._machine is not None:
+            self._machine.close()
+
+    def _known(self, key: str, value: Any) -> Any:
+        if value is None:
+            self._warn(key, "host metric unavailable (a /proc file could not be read); stored as NULL")
+        return value
 
     def _try(self, key: str, fn: Callable[[], Any]) -> Any:
         try:

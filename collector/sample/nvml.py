@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 Warn = Callable[[str, str], None]
 
@@ -16,8 +15,7 @@ NO_DRIVER_HINT = (
 )
 
 
-@dataclass(frozen=True)
-class GpuSample:
+class GpuSample(NamedTuple):  # a tuple: it is the gpu_samples row as it stands
     ts: float  # Unix seconds
     gpu: int  # NVML device index
     util_pct: float | None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from collector.sample.host import HostSampler
@@ -16,7 +16,7 @@ NvmlFactory = Callable[[Warn], Nvml]
 HostFactory = Callable[[Warn], HostSampler]
 
 DETAIL_MEMORY_INTERVAL_S = 5.0  # USS/PSS walk page tables: expensive
-DETAIL_MEMORY_BUDGET = 0.002  # at most 2 ms of CPU a second on them; see Sampler.sample
+DETAIL_MEMORY_BUDGET = 0.001  # at most 1 ms of CPU a second on them; see Sampler.sample
 DEVICE_REFRESH_INTERVAL_S = 5.0
 SAMPLE_TABLES = ("gpu_samples", "host_samples", "proc_samples")
 SATURATED_PCT = 95.0  # whole-machine CPU at or above which the sampler backs off
@@ -124,19 +124,22 @@ class Sampler:
             if now >= due["devices"]:
                 self._nvml.refresh_devices()
                 due["devices"] = now + DEVICE_REFRESH_INTERVAL_S
-            self._rows["gpu_samples"].extend(astuple(g) for g in self._nvml.sample(wall))
+            self._rows["gpu_samples"].extend(self._nvml.sample(wall))
             due["gpu"] = now + self.slowdown / self.rates.gpu_hz
         if self._host is not None and now >= due["host"]:
-            detail = now >= due["detail"] and self.slowdown == 1
+            detail = now >= due["detail"] and self.slowdown == 1 and bool(self._workers)  # workers' USS only
             cpu0 = self._cpu_clock()
             h = self._host.host(wall)
             per_core = None if h.per_core_pct is None else json.dumps(h.per_core_pct)
             self._rows["host_samples"].append((h.ts, h.cpu_pct, per_core, h.mem_available_bytes, h.disk_read_bps))
-            self._rows["proc_samples"].extend(astuple(p) for p in self._host.processes(wall, self._workers, detail))
+            self._rows["proc_samples"].extend(self._host.processes(wall, self._workers, detail))
             if detail:
-                # USS/PSS cost about 5 ms of CPU a process (a torch process's
-                # page tables; measured): with many workers, read them less
-                # often than every 5 s rather than spend more than the budget.
+                # USS/PSS cost 4-7 ms of CPU a worker (a torch process's page
+                # tables; measured), more for a bigger process: with many
+                # workers, read them less often than every 5 s rather than
+                # spend more than the budget. Only the workers' are read: the
+                # diagnosis uses them (copy-on-write growth, the memory each
+                # worker takes), and the main process's chart line is its RSS.
                 spent = self._cpu_clock() - cpu0
                 due["detail"] = now + max(DETAIL_MEMORY_INTERVAL_S, spent / DETAIL_MEMORY_BUDGET)
             self._adapt(h.cpu_pct)
@@ -183,3 +186,5 @@ class Sampler:
     def close(self) -> None:
         if self._nvml is not None:
             self._nvml.close()
+        if self._host is not None:
+            self._host.close()

@@ -21,7 +21,7 @@ import time
 PROC = "/proc"
 
 
-def _parse(raw: bytes) -> tuple[int, int] | None:
+def parse(raw: bytes) -> tuple[int, int] | None:
     parts = raw.split()
     if len(parts) < 2:
         return None
@@ -43,7 +43,7 @@ class ThreadClock:
             except OSError:
                 continue
             try:
-                if _parse(os.pread(fd, 96, 0)) is not None:
+                if parse(os.pread(fd, 96, 0)) is not None:
                     self.fd = fd
                     break
             except (OSError, ValueError):
@@ -74,40 +74,12 @@ def split(raw: bytes | None) -> tuple[int, int | None]:
     """A ``ThreadClock.raw`` reading as (cpu_ns, runq_ns); the thread CPU clock where it is None."""
     if raw is not None:
         try:
-            parsed = _parse(raw)
+            parsed = parse(raw)
         except ValueError:
             parsed = None
         if parsed is not None:
             return parsed
     return time.thread_time_ns(), None
-
-
-def process_totals(pid: int, proc: str = PROC) -> tuple[float, float, int] | None:
-    """(cpu_s, runq_s, threads) summed over every thread of ``pid`` now; None where it cannot be read.
-
-    Threads that already ended are in neither sum (the process's own CPU
-    clock keeps them; callers that need the whole life read it at exit).
-    """
-    cpu = runq = 0
-    threads = 0
-    try:
-        tids = os.listdir(f"{proc}/{pid}/task")
-    except OSError:
-        return None
-    for tid in tids:
-        try:
-            with open(f"{proc}/{pid}/task/{tid}/schedstat", "rb") as handle:
-                parsed = _parse(handle.read(96))
-        except (OSError, ValueError):
-            continue  # the thread ended meanwhile
-        if parsed is None:
-            return None
-        cpu += parsed[0]
-        runq += parsed[1]
-        threads += 1
-    if not threads:
-        return None
-    return cpu / 1e9, runq / 1e9, threads
 
 
 def _native_id() -> int:

@@ -55,16 +55,20 @@ class Replies:
     def __init__(self, stream: BinaryIO) -> None:
         self._stream = stream
         self._lock = threading.Lock()
+        self._sent_at = time.monotonic()
 
     def send(self, replies: list[Reply], channel: int = PROCESS_CHANNEL) -> None:
         with self._lock:
             write_frame(self._stream, encode_channel_replies(channel, replies))
+            self._sent_at = time.monotonic()
 
     def ping_forever(self) -> None:
+        """Say "alive" whenever nothing else was said for PING_INTERVAL_S (NOTE [ Writer health ] in process.py)."""
         with contextlib.suppress(OSError, ValueError):
             while True:
-                time.sleep(PING_INTERVAL_S)
-                self.send([Alive()])
+                time.sleep(max(0.0, self._sent_at + PING_INTERVAL_S - time.monotonic()))
+                if time.monotonic() - self._sent_at >= PING_INTERVAL_S:
+                    self.send([Alive()])
 
 
 class Runs:

@@ -20,7 +20,7 @@ class FrameBuffer:
     def __init__(self) -> None:
         self._data = bytearray()
 
-    def feed(self, chunk: bytes) -> list[Any]:
+    def feed(self, chunk: bytes | memoryview) -> list[Any]:
         data = self._data
         data += chunk
         payloads = []
@@ -46,6 +46,10 @@ class FrameReader:
     def __init__(self, fd: int) -> None:
         self._fd = fd
         self._buffer = FrameBuffer()
+        # Read into one buffer kept for the reader's life: os.read would allocate
+        # (and fault in) a new megabyte for each flush of a few kilobytes.
+        self._into = bytearray(READ_BYTES)
+        self._view = memoryview(self._into)
         self._ready: deque[Any] = deque()
         self._ended = False
 
@@ -58,9 +62,9 @@ class FrameReader:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             if not select.select([self._fd], [], [], left)[0]:
                 return WAITED
-            chunk = os.read(self._fd, READ_BYTES)
-            if chunk:
-                self._ready.extend(self._buffer.feed(chunk))
+            size = os.readv(self._fd, [self._into])
+            if size:
+                self._ready.extend(self._buffer.feed(self._view[:size]))
             else:
                 self._ended = True  # a cut-off frame counts as the end
         return self._ready.popleft()

@@ -31,8 +31,9 @@ BOOT_CODE = "from collector.writer.child import main; main()"
 
 
 # NOTE [ Writer health ]
-# The writer answers every frame it writes and, from a thread of its own,
-# says it is alive every PING_INTERVAL_S, also while SQLite waits on a lock.
+# The writer answers the frames it writes and, from a thread of its own, says
+# it is alive whenever it said nothing else for PING_INTERVAL_S, also while
+# SQLite waits on a lock.
 # So silence means it is stopped (SIGSTOP), hung or gone: ``health`` reads
 # "dead" once the process has exited and "stuck" after STUCK_AFTER_S without
 # a word (STARTUP_GRACE_S for the first), and the monitor then replaces it
