@@ -9,11 +9,10 @@ import select
 import signal
 import sys
 import time
-import weakref
 from collections.abc import Sequence
 from typing import TextIO
 
-from collector.writer.spawn import spawn_child
+from collector.writer.spawn import end_child, forget_in_forks, start_child
 
 # NOTE [ Verdict beside the job ]
 # The verdict printed when a script ends (``collector run``) needs pandas and
@@ -39,7 +38,6 @@ SERVE = "from collector.cli.verdict_helper import serve; serve()"
 READY = b"ready\n"
 
 Runs = Sequence[tuple[str, int | None]]  # (name, run id) per recorded DataLoader
-_helpers: weakref.WeakSet[VerdictHelper] = weakref.WeakSet()
 
 
 class VerdictHelper:
@@ -48,17 +46,12 @@ class VerdictHelper:
     def __init__(self, code: str = SERVE) -> None:
         self.pid: int | None = None
         self._buffer = b""
-        req_r, self._req = os.pipe()
-        self._rep, rep_w = os.pipe()
+        self._req = self._rep = -1
         try:
-            self.pid = spawn_child(code, req_r, rep_w)
+            self.pid, self._req, self._rep = start_child(code)
         except OSError:
-            self._close_fds()
-        finally:
-            os.close(req_r)
-            os.close(rep_w)
-        if self.pid is not None:
-            _helpers.add(self)
+            return
+        forget_in_forks(self)  # NOTE [ Forked children ] in collector/writer/spawn.py
 
     @property
     def ready(self) -> bool:
@@ -120,28 +113,17 @@ class VerdictHelper:
     def close(self) -> None:
         """End the helper and reap it. Idempotent."""
         if self.pid is not None:
-            with contextlib.suppress(OSError):
-                os.kill(self.pid, signal.SIGKILL)
-            with contextlib.suppress(OSError):
-                os.waitpid(self.pid, 0)
-            self.pid = None
-        self._close_fds()
+            end_child(self.pid)
+        self.forget_in_fork()
 
-    def _close_fds(self) -> None:
-        _helpers.discard(self)
+    def forget_in_fork(self) -> None:
+        """Close the pipes and forget the helper: at its end, and in a forked process, whose child it is not."""
         for fd in (self._req, self._rep):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
         self._req = self._rep = -1
-
-
-def _close_in_child() -> None:
-    for helper in list(_helpers):
-        helper._close_fds()
-        helper.pid = None  # not this process's child
-
-
-os.register_at_fork(after_in_child=_close_in_child)
+        self.pid = None
 
 
 def start_helper() -> VerdictHelper | None:

@@ -117,7 +117,7 @@ class Monitor(threading.Thread):
     # -- lifecycle ----------------------------------------------------------
 
     def start(self) -> None:
-        """Launch the writer process here, on the caller's thread (NOTE [ Forked children ]), then run."""
+        """Launch the writer process here, on the caller's thread (NOTE [ Forked children ] in collector/writer/spawn.py), then run."""
         if not self._writer_in_process:
             self._writer = Supervisor(self._opening, launch(self._opening))
         super().start()

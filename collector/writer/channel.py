@@ -7,7 +7,8 @@ import threading
 import time
 
 from collector.writer.frames import Closed, Flush, Open, Reply, Warned
-from collector.writer.process import WriterProcess, _close_hooks
+from collector.writer.process import WriterProcess
+from collector.writer.spawn import at_fork_in_child
 
 # NOTE [ One writer a process ]
 # A training process often iterates several loaders (train and val, a
@@ -35,12 +36,12 @@ def _join(opening: Open) -> tuple[WriterProcess, int]:
 
 
 def _forget() -> None:
-    """In a forked child: the parent's writer is not this process's (NOTE [ Forked children ])."""
+    """In a forked child: the parent's writer is not this process's (NOTE [ Forked children ] in spawn.py)."""
     global _current
     _current = None
 
 
-_close_hooks.append(_forget)
+at_fork_in_child(_forget)
 
 
 class ProcessLink:

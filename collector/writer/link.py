@@ -65,7 +65,7 @@ class LocalLink:
 
 
 def launch(opening: Open) -> ProcessLink | None:
-    """Start the writer process, on the thread that calls watch(): see NOTE [ Forked children ]."""
+    """Start the writer process, on the thread that calls watch(): see NOTE [ Forked children ] in spawn.py."""
     try:
         return ProcessLink(opening)
     except OSError:

@@ -6,11 +6,8 @@ import contextlib
 import fcntl
 import os
 import select
-import signal
 import threading
 import time
-import weakref
-from collections.abc import Callable
 
 from collector.writer.frames import (
     Alive,
@@ -22,7 +19,7 @@ from collector.writer.frames import (
     encode_message,
 )
 from collector.writer.pipe import READ_BYTES, FrameBuffer
-from collector.writer.spawn import spawn_child
+from collector.writer.spawn import end_child, forget_in_forks, start_child
 
 PIPE_BYTES = READ_BYTES  # one flush of a 100k batches/s loop, so the monitor rarely waits
 F_SETPIPE_SZ = 1031  # Linux; elsewhere the default pipe size only means more round trips
@@ -54,17 +51,7 @@ class WriterProcess:
     """
 
     def __init__(self) -> None:
-        frames_r, self._frames = _pipe()
-        self._replies, replies_w = _pipe()
-        try:
-            self.pid = spawn_child(BOOT_CODE, frames_r, replies_w, imports=BOOT_IMPORTS)  # NOTE [ A polite writer ]
-        except BaseException:
-            for fd in (self._frames, self._replies):
-                os.close(fd)
-            raise
-        finally:
-            os.close(frames_r)
-            os.close(replies_w)
+        self.pid, self._frames, self._replies = start_child(BOOT_CODE, BOOT_IMPORTS)  # NOTE [ A polite writer ]
         with contextlib.suppress(OSError):
             fcntl.fcntl(self._frames, F_SETPIPE_SZ, PIPE_BYTES)
         os.set_blocking(self._frames, False)
@@ -80,7 +67,7 @@ class WriterProcess:
         self.exit_status: int | None = None
         self.heard_at = time.monotonic()
         self.answered = False  # anything heard yet
-        _processes.add(self)
+        forget_in_forks(self)  # NOTE [ Forked children ] in spawn.py
 
     @property
     def replies_fd(self) -> int:
@@ -195,12 +182,13 @@ class WriterProcess:
         return self.poll()
 
     def kill(self) -> None:
-        """SIGKILL (a stopped process dies of it too), reap, close the pipes: for every run on it."""
+        """SIGKILL, reap, close the pipes: for every run on it."""
         self.retired = True
         if self.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, signal.SIGKILL)
-            self.wait(5.0)
+            status = end_child(self.pid)
+            with self.lock:
+                if status is not None and self.exit_status is None:
+                    self.exit_status = status
         self.read()
         self.close_fds()
 
@@ -210,49 +198,17 @@ class WriterProcess:
                 os.close(self._frames)
             self._frames = -1
 
+    def forget_in_fork(self) -> None:
+        """In a forked process: close its copies of the pipes (no lock: another thread may hold it in the parent)."""
+        for fd in (self._frames, self._replies):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+
     def close_fds(self) -> None:
         with self.lock:
-            _processes.discard(self)
             for fd in (self._frames, self._replies):
                 with contextlib.suppress(OSError):
                     if fd >= 0:
                         os.close(fd)
             self._frames = self._replies = -1
-
-
-def _pipe() -> tuple[int, int]:
-    """A pipe whose ends are not 0, 1 or 2 (where stdin is closed), so dup2 onto them never no-ops."""
-    ends = []
-    for fd in os.pipe():
-        if fd <= 2:
-            moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
-            os.close(fd)
-            fd = moved
-        ends.append(fd)
-    return ends[0], ends[1]
-
-
-# NOTE [ Forked children ]
-# A DataLoader worker started with fork inherits every descriptor. Two
-# consequences. subprocess waits for the child's exec on a pipe that a worker
-# forked meanwhile by another thread would hold open, stalling until that
-# worker exits: so the writer is launched on the thread that calls watch(),
-# which cannot be forking workers at that moment. And a worker holding the
-# writer's input open would keep it from ever seeing the end of its input
-# should the training process die: so forked children close their copies.
-_processes: weakref.WeakSet[WriterProcess] = weakref.WeakSet()
-_close_hooks: list[Callable[[], None]] = []  # collector/writer/channel.py forgets its shared writer
-
-
-def _close_in_child() -> None:
-    for process in list(_processes):
-        for fd in (process._frames, process._replies):  # no lock: another thread may hold it in the parent
-            if fd >= 0:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-    _processes.clear()
-    for hook in _close_hooks:
-        hook()
-
-
-os.register_at_fork(after_in_child=_close_in_child)

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
+import signal
 import sys
+import time
+import weakref
+from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding collector/
 # Isolated (-I: no working directory, no PYTHON* variables on the path; -S:
@@ -35,7 +41,7 @@ def spawn_child(code: str, stdin_fd: int, stdout_fd: int, imports: str = "") -> 
 
     Raises OSError where it cannot start. posix_spawn, not subprocess: it
     waits for the exec on no pipe, so it is safe from any thread while
-    DataLoader workers fork (NOTE [ Forked children ] in process.py).
+    DataLoader workers fork (NOTE [ Forked children ]).
     """
     boot = imports + BOOT.format(root=PACKAGE_ROOT, path=parent_path(), code=code)
     pid = os.posix_spawn(
@@ -56,3 +62,97 @@ def spawn_child(code: str, stdin_fd: int, stdout_fd: int, imports: str = "") -> 
 
 def parent_path() -> list[str]:
     return [p for p in sys.path if p and os.path.isabs(p)]
+
+
+def start_child(code: str, imports: str = "") -> tuple[int, int, int]:
+    """``spawn_child`` on two new pipes: (pid, the write end of its stdin, the read end of its stdout).
+
+    Raises OSError where it cannot start, its pipes closed.
+    """
+    stdin_r, stdin_w = _pipe()
+    stdout_r, stdout_w = _pipe()
+    try:
+        pid = spawn_child(code, stdin_r, stdout_w, imports)
+    except BaseException:
+        for fd in (stdin_w, stdout_r):
+            os.close(fd)
+        raise
+    finally:
+        os.close(stdin_r)
+        os.close(stdout_w)
+    return pid, stdin_w, stdout_r
+
+
+def end_child(pid: int, timeout_s: float = 5.0) -> int | None:
+    """SIGKILL (a stopped process dies of it too) and reap within ``timeout_s``.
+
+    Its exit status (-1 where it was reaped elsewhere), or None while it
+    outlives the wait (stuck in the kernel): reaped later by whoever polls.
+    """
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:  # reaped elsewhere (SIGCHLD ignored): gone all the same
+            return -1
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.005)
+
+
+def _pipe() -> tuple[int, int]:
+    """A pipe whose ends are not 0, 1 or 2 (where stdin is closed), so dup2 onto them never no-ops."""
+    ends = []
+    for fd in os.pipe():
+        if fd <= 2:
+            moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+            os.close(fd)
+            fd = moved
+        ends.append(fd)
+    return ends[0], ends[1]
+
+
+# NOTE [ Forked children ]
+# A DataLoader worker started with fork inherits every descriptor. A worker
+# holding a child's input open would keep that child from ever seeing the end
+# of its input should the training process die (the writer would never exit,
+# nor the verdict's helper). So each owner of a child's pipes registers here,
+# and in a forked process ``forget_in_fork`` closes its copies: the child is
+# not that process's. The writer is started on the thread that calls
+# watch(), which cannot be forking workers at that moment, so no worker forks
+# between a pipe's creation and its registration. (The spawn itself is safe
+# from any thread: posix_spawn waits on no pipe that a worker forked
+# meanwhile could hold open.)
+
+
+class ForkAware(Protocol):
+    def forget_in_fork(self) -> None: ...
+
+
+_owners: weakref.WeakSet[ForkAware] = weakref.WeakSet()
+_fork_hooks: list[Callable[[], None]] = []
+
+
+def forget_in_forks(owner: ForkAware) -> None:
+    """Have ``owner.forget_in_fork()`` run in every process forked from this one while ``owner`` lives."""
+    _owners.add(owner)
+
+
+def at_fork_in_child(hook: Callable[[], None]) -> None:
+    """Run ``hook`` in every process forked from this one, after the owners have forgotten their children."""
+    _fork_hooks.append(hook)
+
+
+def _after_fork_in_child() -> None:
+    for owner in list(_owners):
+        owner.forget_in_fork()
+    _owners.clear()
+    for hook in _fork_hooks:
+        hook()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
