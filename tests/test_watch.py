@@ -8,6 +8,7 @@ import sqlite3
 import threading
 import time
 import warnings
+from typing import ClassVar
 
 import pytest
 import torch
@@ -306,3 +307,49 @@ def test_watch_draws_nothing_from_the_rng_until_the_loop_iterates(db_path):
     watched = quiet(loader, db_path)
     assert torch.equal(torch.rand(1), expected)
     watched.close()
+
+
+class ForkWatcher(DataLoader):
+    """A DataLoader that notes, as its own iter() starts its workers, which of our threads and children exist."""
+
+    seen: ClassVar[list[tuple[list[str], list[int]]]] = []
+
+    def _get_iterator(self):
+        ours = [t.name for t in threading.enumerate() if t.name.startswith("stallwatch")]
+        ForkWatcher.seen.append((ours, sorted(_writer_pids())))
+        return super()._get_iterator()
+
+
+def test_the_monitor_and_the_writer_start_after_the_loaders_own_iter_forks_its_workers(db_path):
+    ForkWatcher.seen = []
+    loader = ForkWatcher(SlowDataset(8), batch_size=2, num_workers=2)
+    with collector.watch(loader, db=db_path) as watched:
+        for _ in range(2):
+            assert len(list(watched)) == 4
+            assert watched._stallwatch_start().monitor.is_alive()  # started by the first epoch, after its fork
+    (first, second) = ForkWatcher.seen
+    assert first == ([], [])  # none of ours existed at the first epoch's fork
+    assert second[0] == ["stallwatch-monitor"] and len(second[1]) == 1  # the second epoch's: the monitor, the writer
+    assert query(db_path, "SELECT status, (SELECT COUNT(*) FROM batches) FROM runs") == [("completed", 8)]
+
+
+def test_a_run_asked_for_its_id_or_closed_before_any_iteration_is_recorded(db_path):
+    asked = collector.watch(DataLoader(SlowDataset(4), batch_size=2), db=db_path, run="asked")
+    assert asked.run_id is not None  # starts the monitor, as before the first epoch
+    asked.close()
+    never = collector.watch(iter(range(3)), db=db_path, run="never")
+    never.close()
+    assert query(
+        db_path, "SELECT name, status, (SELECT COUNT(*) FROM batches b WHERE b.run_id = r.id) FROM runs r"
+    ) == [
+        ("asked", "completed", 0),
+        ("never", "completed", 0),
+    ]
+
+
+def _writer_pids() -> list[int]:
+    """Our writer children alive now (found through the module that tracks the shared writer)."""
+    from collector.writer import channel
+
+    process = channel._current
+    return [] if process is None or process.poll() is not None else [process.pid]

@@ -64,8 +64,7 @@ def weak_loader(loader: Any) -> Any:
 def _ids(sessions: list[tuple[str, Session]]) -> list[tuple[str, int | None]]:
     out = []
     for name, session in sessions:
-        session.monitor.ready.wait(10.0)
-        out.append((name, session.monitor.run_id))
+        out.append((name, session.run_id(10.0)))
     return out
 
 

@@ -83,8 +83,30 @@ class Session:
             stage=stage,
         )
         self.monitor = Monitor(db, start, self.shared, rates, **monitor_kwargs)
-        self.monitor.start()
-        exits.register(self)
+        self._started = False
+
+    # NOTE [ Started after the fork ]
+    # The monitor thread, the writer's spawn and its pipes start at the first
+    # epoch just after the loader's own iter() (from this thread, so still
+    # never while it forks workers: NOTE [ Forked children ] in
+    # collector/writer/spawn.py), not before it. Started before, they held the
+    # fork of a 2-worker loader back by 1-4 ms and, with the new thread and
+    # process competing for the cores while the workers started, its first
+    # batch by about 9 ms at the median against 1 ms now
+    # (bench/bench_stall.py). The workers then inherit none of our pipes.
+
+    def start(self) -> None:
+        """Start the monitor (and so the writer) once; the run row appears when it has."""
+        if not self._started:
+            self._started = True
+            self.monitor.start()
+            exits.register(self)
+
+    def run_id(self, timeout_s: float) -> int | None:
+        """The run's id once the monitor has created it, starting the monitor if no epoch has yet."""
+        self.start()
+        self.monitor.ready.wait(timeout_s)
+        return self.monitor.run_id
 
     # -- the loop -----------------------------------------------------------
 
@@ -109,7 +131,10 @@ class Session:
         epoch = self._epoch
         self._epoch += 1
         t_start = time.perf_counter_ns() if called_ns is None else called_ns
-        it, iter_ns = self._open_iterator()
+        try:
+            it, iter_ns = self._open_iterator()
+        finally:
+            self.start()  # NOTE [ Started after the fork ]
         probe = loader_probe.attach(it) if getattr(self.loader, "num_workers", 0) else None
         pids = [] if probe is None else probe.worker_pids()
         threads = torch_threads()
@@ -249,6 +274,10 @@ class Session:
         if self.closed:
             return
         self.closed = True
+        try:
+            self.start()  # a run never iterated is recorded all the same, with 0 batches
+        except RuntimeError:  # at exit, where Python 3.12+ starts no thread: nothing was recorded, nothing to end
+            return
         status = self.shared.status.get("status", "completed")
         self.monitor.final_status = (status, self.shared.status.get("error"))
         self.monitor.stop_event.set()

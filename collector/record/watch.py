@@ -42,8 +42,7 @@ class WatchedLoader:
         session = getattr(self, "_stallwatch_session", None)
         if session is None:
             return None
-        session.monitor.ready.wait(READY_TIMEOUT_S)
-        return session.monitor.run_id
+        return session.run_id(READY_TIMEOUT_S)
 
     @property
     def loader(self) -> Any:
@@ -120,8 +119,7 @@ class _WatchedDataLoader(WatchedLoader):
     def run_id(self) -> int | None:
         """The run's id in the file (the run starts with the first iteration, or now)."""
         session = self._stallwatch_start()
-        session.monitor.ready.wait(READY_TIMEOUT_S)
-        return session.monitor.run_id
+        return session.run_id(READY_TIMEOUT_S)
 
 
 class _Spec:
