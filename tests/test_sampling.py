@@ -265,6 +265,7 @@ def test_sampling_backs_off_while_the_machine_is_saturated_and_returns_when_it_i
 def test_a_saturated_machine_is_noted_with_the_run_and_not_warned(db_path, collector_warnings):
     host = BusyHost([0.0], lambda t: 100.0)
     watched = watch_with_fakes(range(5), db=db_path, gpu_hz=0, host_factory=lambda warn: host, writer_in_process=True)
+    assert watched.run_id is not None  # the run starts (with its sampling) now, not at the first iteration
     assert wait_until(lambda: len(host.samples) >= 2)
     list(watched)
     watched.close()
