@@ -154,3 +154,18 @@ def test_host_sampler_through_proc_measures_a_busy_child_and_forgets_it_when_gon
         child.kill()
         busy.wait()
         child.wait()
+
+
+def test_without_proc_psutil_gives_the_same_kinds_of_figures():
+    sampler = HostSampler(lambda key, text: pytest.fail(f"{key}: {text}"), proc=None)
+    assert sampler._machine is None
+    first = sampler.processes(time.time(), {}, detail=False)
+    end = time.process_time() + 0.2
+    while time.process_time() < end:
+        pass
+    (second,) = sampler.processes(time.time(), {}, detail=False)
+    host = sampler.host(time.time())
+    assert first[0].cpu_pct is None and second.cpu_pct > 20 and second.rss_bytes > 0
+    assert second.cpu_s is None  # schedstat comes through /proc only
+    assert host.mem_available_bytes > 0 and host.per_core_pct is not None
+    sampler.close()
