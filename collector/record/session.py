@@ -91,8 +91,8 @@ class Session:
     # never while it forks workers: NOTE [ Forked children ] in
     # collector/writer/spawn.py), not before it. Started before, they held the
     # fork of a 2-worker loader back by 1-4 ms and, with the new thread and
-    # process competing for the cores while the workers started, its first
-    # batch by about 9 ms at the median against 1 ms now
+    # process competing for the cores while the workers started, its worst
+    # next() by +6.8 to +8.8 ms at the median against -0.4 to +1.2 ms now
     # (bench/bench_stall.py). The workers then inherit none of our pipes.
 
     def start(self) -> None:
