@@ -110,3 +110,30 @@ def test_a_helper_still_importing_at_the_end_finishes_at_the_jobs_priority_where
     answer = helper.text(db_path, [])
     # Raised back to the job's priority (allowed as root), it is waited for; else the caller computes the text.
     assert answer == ("from the helper" if os.geteuid() == 0 else None)
+
+
+BEATS_THEN_ANSWERS = (
+    "import sys, time; sys.stdout.write('ready\\n'); sys.stdout.flush(); sys.stdin.readline()\n"
+    "for _ in range({beats}):\n"
+    "    time.sleep(0.2); sys.stdout.write('{beat}'); sys.stdout.flush()\n"
+    "sys.stdout.write('\"answered\"\\n'); sys.stdout.flush()"
+)
+
+
+@pytest.mark.parametrize(("beat", "expected"), [("waiting\\n", "answered"), ("", None)], ids=["beats", "silent"])
+def test_a_helper_waiting_for_the_other_ranks_is_waited_for_while_it_says_so(db_path, monkeypatch, beat, expected):
+    monkeypatch.setattr(verdict_helper, "ANSWER_TIMEOUT_S", 0.6)  # silence given up on; 2 s of beats outlast it
+    helper = VerdictHelper(code=BEATS_THEN_ANSWERS.format(beats=10, beat=beat))
+    assert wait_until(lambda: helper.ready, timeout_s=READY_S)
+    assert helper.text(db_path, []) == expected  # silent for 2 s: given up on, the verdict computed here
+
+
+def test_the_verdict_calls_waiting_while_it_waits_for_the_other_ranks(db_path, monkeypatch):
+    from collector.cli import verdict
+
+    runs = recorded(db_path)
+    beats = []
+    monkeypatch.setattr(verdict, "_world", lambda row: 2)  # a job of two ranks whose other rank never reports
+    monkeypatch.setattr(verdict, "MISSING_WAIT_S", 0.5)
+    text = verdict_text(db_path, runs, waiting=lambda: beats.append(1))
+    assert len(beats) >= 2 and "helped" in text

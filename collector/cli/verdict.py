@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from collector.errors import StallwatchError
@@ -22,6 +22,7 @@ def print_verdicts(
     *,
     launch: str | None = None,
     peer_wait_s: float = PEER_WAIT_S,
+    waiting: Callable[[], None] = lambda: None,
 ) -> None:
     """One block per recorded loader: its verdict, or once per distributed job, its job's.
 
@@ -29,7 +30,8 @@ def print_verdicts(
     child processes recorded under that tag (``collector run``: NOTE [ Child
     processes ]). A process that is a rank other than 0 prints nothing: rank 0
     prints the job's verdict (collector.diagnosis.job), after waiting up to
-    ``peer_wait_s`` for the other ranks' runs to end, so it comes once, whole.
+    ``peer_wait_s`` for the other ranks' runs to end, so it comes once, whole;
+    ``waiting()`` is called at every poll meanwhile (the helper's heartbeat).
     """
     table = _runs(db)
     rows = {} if table is None else {int(r["id"]): r for r in table.to_dict("records")}
@@ -45,7 +47,7 @@ def print_verdicts(
         return
     jobs = [rows[run_id] for _, run_id in runs if run_id in rows and _world(rows[run_id]) > 1]
     if jobs:
-        _wait_for_peers(db, jobs, peer_wait_s)
+        _wait_for_peers(db, jobs, peer_wait_s, waiting)
     runs = _one_per_job(runs, rows)
     print(f"\nstallwatch: {len(runs)} DataLoader(s) recorded in {db}", file=out)
     for name, run_id in runs:
@@ -61,10 +63,15 @@ def print_verdicts(
         print(f"  details: python -m collector report {db} --run {min(recorded)[1]}", file=out)
 
 
-def verdict_text(db: str, runs: Sequence[tuple[str, int | None]], launch: str | None = None) -> str:
+def verdict_text(
+    db: str,
+    runs: Sequence[tuple[str, int | None]],
+    launch: str | None = None,
+    waiting: Callable[[], None] = lambda: None,
+) -> str:
     """What ``print_verdicts`` prints, as text (the verdict's helper computes it: collector/cli/verdict_helper.py)."""
     out = io.StringIO()
-    print_verdicts(db, runs, out, launch=launch)
+    print_verdicts(db, runs, out, launch=launch, waiting=waiting)
     return out.getvalue()
 
 
@@ -122,7 +129,7 @@ def _runs(db: str) -> Any:
         return None
 
 
-def _wait_for_peers(db: str, ours: list[dict[str, Any]], timeout_s: float) -> None:
+def _wait_for_peers(db: str, ours: list[dict[str, Any]], timeout_s: float, waiting: Callable[[], None]) -> None:
     """Poll the file until every rank of our jobs has a run of each loader that has ended, or the time is up."""
     from collector.diagnosis.job import job_runs
 
@@ -139,6 +146,7 @@ def _wait_for_peers(db: str, ours: list[dict[str, Any]], timeout_s: float) -> No
         waited = time.monotonic() - started
         if (not running and (not missing or waited >= min(MISSING_WAIT_S, timeout_s))) or waited >= timeout_s:
             return
+        waiting()
         time.sleep(POLL_S)
 
 

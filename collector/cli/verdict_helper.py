@@ -28,14 +28,18 @@ from collector.writer.spawn import end_child, forget_in_forks, start_child
 # nice +10, which beside other busy processes is about as slow as computing
 # it here, and a helper not ready yet (a script of a few seconds, a machine
 # the job fills) is ended and the verdict computed here, as before. So is one
-# that cannot start, dies, or does not answer within ANSWER_TIMEOUT_S.
+# that cannot start, dies, or stays silent for ANSWER_TIMEOUT_S. In a
+# distributed job rank 0's helper first waits for the other ranks' runs (up
+# to PEER_WAIT_S, collector/cli/verdict.py) and says "waiting" at each poll
+# meanwhile, so it is not given up on, only to wait for them again here.
 # Only a process that prints a verdict starts one (not ranks other than 0).
 # Forked DataLoader workers close their copies of its pipes, so the helper
 # sees its input end, and exits, when the training process is gone. It holds
 # about 100 MB (pandas, pyarrow, numpy) while the job runs.
-ANSWER_TIMEOUT_S = 10.0
+ANSWER_TIMEOUT_S = 10.0  # silence after which the helper is given up on; each heartbeat starts it again
 SERVE = "from collector.cli.verdict_helper import serve; serve()"
 READY = b"ready\n"
+WAITING = b"waiting\n"  # the heartbeat of a helper waiting for a distributed job's other ranks (PEER_WAIT_S)
 
 Runs = Sequence[tuple[str, int | None]]  # (name, run id) per recorded DataLoader
 
@@ -46,6 +50,7 @@ class VerdictHelper:
     def __init__(self, code: str = SERVE) -> None:
         self.pid: int | None = None
         self._buffer = b""
+        self._pos = len(READY)  # where the next line after "ready" starts
         self._req = self._rep = -1
         try:
             self.pid, self._req, self._rep = start_child(code)
@@ -90,14 +95,22 @@ class VerdictHelper:
     def _ask(self, db: str, runs: Runs, launch: str | None) -> str | None:
         try:
             os.write(self._req, json.dumps({"db": db, "runs": list(runs), "launch": launch}).encode() + b"\n")
-            deadline = time.monotonic() + ANSWER_TIMEOUT_S
-            while not (len(self._buffer) > len(READY) and self._buffer.endswith(b"\n")):
-                if not self._more(deadline - time.monotonic()):
-                    return None
-            answer = json.loads(self._buffer[len(READY) :])
+            while (line := self._line(time.monotonic() + ANSWER_TIMEOUT_S)) == WAITING:
+                pass  # still waiting for the other ranks, within PEER_WAIT_S: not stuck
+            if line is None:
+                return None
+            answer = json.loads(line)
         except (OSError, ValueError):
             return None
         return answer if isinstance(answer, str) else None
+
+    def _line(self, deadline: float) -> bytes | None:
+        """The helper's next whole line after "ready", waiting until ``deadline``; None at a timeout or its end."""
+        while (end := self._buffer.find(b"\n", self._pos)) < 0:
+            if not self._more(deadline - time.monotonic()):
+                return None
+        line, self._pos = self._buffer[self._pos : end + 1], end + 1
+        return line
 
     def _more(self, timeout_s: float) -> bool:
         """Read what the helper wrote, waiting up to ``timeout_s``; False at a timeout, its end or an error."""
@@ -153,13 +166,16 @@ def serve() -> None:
     from collector.cli.verdict import verdict_text
     from collector.diagnosis import diagnose_job  # noqa: F401 - pandas and every rule, imported while the job runs
 
-    sys.stdout.buffer.write(READY)
-    sys.stdout.buffer.flush()
+    _say(READY)
     request = sys.stdin.buffer.readline()
     if not request:
         return  # the training process is gone
     asked = json.loads(request)
     runs = [(str(name), None if run_id is None else int(run_id)) for name, run_id in asked["runs"]]
-    answer = verdict_text(asked["db"], runs, launch=asked["launch"])
-    sys.stdout.buffer.write(json.dumps(answer).encode() + b"\n")
+    answer = verdict_text(asked["db"], runs, launch=asked["launch"], waiting=lambda: _say(WAITING))
+    _say(json.dumps(answer).encode() + b"\n")
+
+
+def _say(line: bytes) -> None:
+    sys.stdout.buffer.write(line)
     sys.stdout.buffer.flush()
