@@ -14,10 +14,11 @@ from collector.sample.schedstat import PROC, parse
 # and checks the pid. That was most of the writer's CPU, on the cores the
 # job fills. Here each file is opened once and read again with one pread
 # (procfs regenerates a file read from offset 0), and only the fields the
-# sampler stores are parsed: the same figures for a fifth of the CPU
-# (bench/bench_collector.py --only background). A figure that cannot be
-# read is None (stored as NULL, with one warning); where /proc cannot be
-# opened at all, HostSampler uses psutil.
+# sampler stores are parsed: the same figures for a third of the CPU
+# (0.84 -> 0.28 ms the machine, 1.63 -> 0.57 ms 9 processes; see
+# bench/bench_background.py). A figure that cannot be read is None (stored
+# as NULL, with one warning); where /proc cannot be opened at all,
+# HostSampler uses psutil.
 
 SECTOR_BYTES = 512  # /proc/diskstats counts 512-byte sectors whatever the device's own size
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100

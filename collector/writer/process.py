@@ -199,16 +199,13 @@ class WriterProcess:
             self._frames = -1
 
     def forget_in_fork(self) -> None:
-        """In a forked process: close its copies of the pipes (no lock: another thread may hold it in the parent)."""
+        """Close the pipes; in a forked process without the lock (another thread may hold it in the parent)."""
         for fd in (self._frames, self._replies):
             if fd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(fd)
+        self._frames = self._replies = -1
 
     def close_fds(self) -> None:
         with self.lock:
-            for fd in (self._frames, self._replies):
-                with contextlib.suppress(OSError):
-                    if fd >= 0:
-                        os.close(fd)
-            self._frames = self._replies = -1
+            self.forget_in_fork()
