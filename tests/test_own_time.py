@@ -19,6 +19,7 @@ from collector.record import session as session_module
 from collector.record.worker_timing import TimingRings
 
 SLOW_S = 0.3  # a deliberately slow step of the collector's own
+STEP_S = 0.002  # a training step
 
 
 def quiet(loader, db_path):
@@ -44,7 +45,7 @@ def test_a_slow_step_of_the_collector_at_each_epoch_start_is_its_own_time_not_th
     with quiet([torch.zeros(2)] * 20, db_path) as watched:  # a list: its own iter() and next() take microseconds
         for _ in range(3):
             for _ in watched:
-                pass
+                time.sleep(STEP_S)  # a step: the fractions below are of the loop's time, not of microseconds
     rows = epochs(db_path)
     assert [r[0] for r in rows] == [0, 1, 2]
     for _, first_batch_s, collector_s in rows:
