@@ -1,7 +1,7 @@
 """Does the advice match what the change then measures? Real image pipelines at 0-3 workers, idle and beside a CPU hog.
 
-usage: python bench/bench_pipelines.py [--rounds 3] [--epochs 4] [--images 320] [--conditions idle,hog]
-                                       [--transforms light,heavy] [--workers 0,1,2,3]
+usage: python bench/bench_pipelines.py [--rounds 3] [--epochs 4] [--light-epochs 12] [--images 320]
+                                       [--conditions idle,hog] [--transforms light,heavy] [--workers 0,1,2,3]
 
 The program is a course-style training loop (bench/pipelines.py: JPEGs
 decoded with PIL, a light or a heavy augmentation, a small CNN on torch's
@@ -11,7 +11,8 @@ process; a round runs each (transform, num_workers) once, in an order
 rotated every round, so background load spreads over all of them. Each run's
 measured speed is its median train-epoch time (the epoch's iter(), every
 next() and its step, the final next() included; the first epoch left out as
-warm-up); speed-ups are medians over rounds against the same transform at the
+warm-up; the light transform's epochs take about 1.5 s, so it runs more of
+them); speed-ups are medians over rounds against the same transform at the
 baseline. Each baseline run of a round is diagnosed, and its suggestion
 (num_workers, and torch.set_num_threads where suggested) is run right after
 it: the predicted speed-up against the measured ratio of that pair.
@@ -106,6 +107,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--light-epochs", type=int, default=12, help="epochs a run for the light transform")
     parser.add_argument("--images", type=int, default=320)
     parser.add_argument("--conditions", default="idle,hog")
     parser.add_argument("--transforms", default="light,heavy")
@@ -147,7 +149,8 @@ def main() -> None:
                 order = order[rnd % len(order) :] + order[: rnd % len(order)]
                 for transform, workers in order:
                     db = os.path.join(workdir, f"{condition}-{transform}-{workers}-{rnd}.sqlite")
-                    out = run_one(data, transform, workers, args.epochs, db, "train")
+                    epochs = args.light_epochs if transform == "light" else args.epochs
+                    out = run_one(data, transform, workers, epochs, db, "train")
                     times.setdefault((transform, workers), []).append(steady(out["epoch_s"]))
                     loads.append(os.getloadavg()[0])
                     if workers in baselines:
@@ -159,7 +162,7 @@ def main() -> None:
                         symptoms = ",".join(x.id for x in report.symptoms)
                         measured = None
                         if (n, t) != (workers, 0):  # the suggestion, measured right after its baseline
-                            follow = run_one(data, transform, n, args.epochs, db + ".after", "train", threads=t)
+                            follow = run_one(data, transform, n, epochs, db + ".after", "train", threads=t)
                             measured = steady(out["epoch_s"]) / steady(follow["epoch_s"])
                         label = f"{n}" + (f", {t} thread(s)" if t else "")
                         advice.setdefault((transform, workers), []).append(

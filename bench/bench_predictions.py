@@ -65,45 +65,74 @@ def collect(args: argparse.Namespace) -> None:
 
 
 def evaluate(args: argparse.Namespace) -> None:
-    from collector.diagnosis.diagnose import load_run
-    from collector.diagnosis.model import DEFAULT_HANDOFF_S, build_model
-    from collector.diagnosis.sharing import shared_cores
-    from collector.diagnosis.stats import measure
-
     runs = json.loads((Path(args.dir) / "runs.json").read_text())
     times: dict[tuple[str, str, int, int], list[float]] = defaultdict(list)
     for r in runs:
         times[(r["condition"], r["transform"], r["workers"], r["threads"])].append(r["epoch_s"])
     median = {key: statistics.median(v) for key, v in times.items()}
-    hits, total, errors = 0, 0, []
+    errors: list[float] = []
+    advised: list[tuple[str, str, float, float]] = []
     for group in sorted({(c, t) for c, t, _, _ in median}):
         cases = sorted(key[2:] for key in median if key[:2] == group)
         print(f"\n## {group[0]}, {group[1]}: predicted / measured speed-up, from the row's run to the column")
         print("| from (run) | " + " | ".join(f"{n}w {t}t" for n, t in cases) + " |")
         print("|---" * (len(cases) + 1) + "|")
-        for r in runs:
-            if (r["condition"], r["transform"]) != group:
-                continue
-            facts = measure(load_run(r["db"], "train"))
-            model = build_model(facts)
-            shared = shared_cores(facts, model.handoff_s if model is not None else DEFAULT_HANDOFF_S)
+        before = len(errors)
+        for r in (r for r in runs if (r["condition"], r["transform"]) == group):
+            shared = _model(r["db"])
             base = median[(*group, r["workers"], r["threads"])]
             cells = []
             for n, t in cases:
-                if shared is None or (n, t) == (r["workers"], r["threads"]):
+                if shared is None or (n, t) == (r["workers"], r["threads"]) or t > r["threads"]:  # never suggested
                     cells.append("-")
                     continue
-                predicted = shared.speedup(n, t)
-                measured = base / median[(*group, n, t)]
-                ok = abs(predicted / measured - 1) <= TOLERANCE
-                hits, total = hits + ok, total + 1
-                errors.append(predicted / measured)
-                cells.append(f"{predicted:.2f}/{measured:.2f}" + ("" if ok else " x"))
+                errors.append(shared.speedup(n, t) / (base / median[(*group, n, t)]))
+                cells.append(f"{shared.speedup(n, t):.2f}/{base / median[(*group, n, t)]:.2f}" + _mark(errors[-1]))
             print(f"| {r['workers']}w {r['threads']}t ({r['round']}) | " + " | ".join(cells) + " |")
-    if total:
-        ratio = sorted(errors)
-        print(f"\n{hits} of {total} predictions within {TOLERANCE:.0%} of the measured speed-up; predicted/measured "
-              f"median {statistics.median(ratio):.2f}, 10-90% {ratio[len(ratio) // 10]:.2f}-{ratio[9 * len(ratio) // 10]:.2f}")  # fmt: skip
+            n, t, gain = _suggestion(r["db"], r["workers"], r["threads"])
+            if gain is not None and (*group, n, t) in median:
+                change = f"{r['workers']}w {r['threads']}t -> {n}w {t}t"
+                advised.append((" ".join(group), change, gain, base / median[(*group, n, t)]))
+        print(f"{sum(_within(e) for e in errors[before:])} of {len(errors) - before} within {TOLERANCE:.0%}")
+    print("\n| condition, transform | suggestion | predicted | measured (medians) | within 25% |")
+    print("|---|---|---|---|---|")
+    for where, change, gain, measured in advised:
+        print(f"| {where} | {change} | {gain:.2f}x | {measured:.2f}x | {'yes' if _within(gain / measured) else 'no'} |")
+    good = sum(_within(g / m) for _, _, g, m in advised)
+    print(f"{good} of {len(advised)} suggestions' predicted speed-ups within {TOLERANCE:.0%}")
+    if errors:
+        e = sorted(errors)
+        print(f"\n{sum(map(_within, e))} of {len(e)} predictions within {TOLERANCE:.0%} of the measured speed-up; "
+              f"predicted/measured median {statistics.median(e):.2f}, 10-90% {e[len(e) // 10]:.2f}-{e[9 * len(e) // 10]:.2f}")  # fmt: skip
+
+
+def _model(db: str):  # -> SharedCores | None
+    from collector.diagnosis.diagnose import load_run
+    from collector.diagnosis.model import DEFAULT_HANDOFF_S, build_model
+    from collector.diagnosis.sharing import shared_cores
+    from collector.diagnosis.stats import measure
+
+    facts = measure(load_run(db, "train"))
+    model = build_model(facts)
+    return shared_cores(facts, model.handoff_s if model is not None else DEFAULT_HANDOFF_S)
+
+
+def _suggestion(db: str, workers: int, threads: int) -> tuple[int, int, float | None]:
+    """(num_workers, threads, expected speed-up) as the report of that run suggests them."""
+    from collector import diagnose
+
+    report = diagnose(db, run="train")
+    n = next((g.suggested for g in report.suggestions if g.parameter == "num_workers"), workers)
+    t = next((g.suggested for g in report.suggestions if g.parameter == "torch.set_num_threads"), threads)
+    return n, t, next((g.expected_speedup for g in report.suggestions if g.expected_speedup), None)
+
+
+def _within(ratio: float) -> bool:
+    return abs(ratio - 1) <= TOLERANCE
+
+
+def _mark(ratio: float) -> str:
+    return "" if _within(ratio) else " x"
 
 
 def _ints(text: str) -> list[int]:

@@ -192,6 +192,28 @@ def test_other_processes_threads_are_read_from_our_own_waits_for_a_core(tmp_path
     assert model is not None and model.background == pytest.approx(2 * 2 - 1, rel=0.05)
 
 
+def test_a_loading_thread_that_barely_waited_for_a_core_invents_no_other_process(tmp_path):
+    """On an idle machine the scheduler's own latency (1% of the CPU time) says nothing of a full machine."""
+    spec = Synthetic(
+        wait_s=np.full(N, 0.030),
+        step_s=0.010,
+        load_cpu_s=np.full(N, 0.030),
+        load_runq_s=np.full(N, 0.0003),
+        main_cpu_pct=100.0,
+        main_runq_cores=0.01,
+        host_cpu_pct=50.0,  # the job's one busy core of two: nothing else
+        torch_threads=1,
+    )
+    path = str(tmp_path / "run.sqlite")
+    write_synthetic(path, spec)
+    from collector.diagnosis.sharing import shared_cores
+
+    facts = measure(load_run(path))
+    model = shared_cores(facts, 0.001)
+    assert model is not None and model.background == pytest.approx(facts.background_cores * 1.01, abs=0.01)
+    assert model.background < 0.1  # it read as one more runnable thread: 2 x (0.0303 / 0.03) - 1
+
+
 def test_all_cores_busy_reads_nothing_here_will_help(tmp_path):
     spec = starved_workers(
         wait_s=np.full(N, 0.030),

@@ -38,7 +38,7 @@ def epoch_starts(
 ) -> pd.DataFrame:
     """Per epoch: seconds spent starting it (iter() plus the head batches' waits) and seconds lost.
 
-    ``iter_s`` is iter() itself (``first_batch_s`` minus batch 0's wait and
+    ``first_s`` is iter() and batch 0's wait, ``iter_s`` is iter() itself (``first_batch_s`` minus batch 0's wait and
     minus ``collector_s``, the collector's own work in it: NOTE [ The
     collector's own time ] in collector/record/session.py), ``start_s`` adds
     the waits of the epoch's first ``start_batches`` batches, and ``lost_s`` is
@@ -59,6 +59,7 @@ def epoch_starts(
     ]
     out["iter_s"] = np.asarray(iter_s, dtype=float)
     out["collector_s"] = np.asarray([float(own.get(e, 0.0)) for e in out["epoch"]], dtype=float)
+    out["first_s"] = out["iter_s"] + np.asarray([float(first_wait.get(e, 0.0)) for e in out["epoch"]], dtype=float)
     out["start_s"] = out["iter_s"] + out["head_wait_s"]
     out["lost_s"] = np.maximum(0.0, out["start_s"] - k * steady_wait_s)
     return out

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
-from collector.diagnosis.model import SPARE_CPU_WORKERS
+from collector.diagnosis.fresh import Epoch
+from collector.diagnosis.model import SPARE_CPU_WORKERS, SURPLUS
 from collector.diagnosis.stats import Facts
 
-START_S = 0.10  # a fresh worker's start (fork, init, its first batch not yet prefetched) beyond one batch's load
+START_S = 0.04  # fresh workers' start each epoch (fork, init) before their first fetch: 0-0.12 s measured on 2 cores
 END_S = 0.025  # the final next() that shuts non-persistent workers down (measured 19-38 ms on 2 cores)
 MAX_CANDIDATE_WORKERS = 16
+PARALLEL_SHARE = 0.68  # of a step's compute, spread over its intra-op threads (NOTE [ Intra-op threads ])
+FILL_BATCHES = 64  # batches of an epoch with fresh workers played out (NOTE [ Fresh workers each epoch ])
 CLOSE = 0.97  # a setting within 3% of the best counts as the best: the fewest workers, the least change
+ROBUST = 0.90  # workers with headroom are worth up to 10% of the model's best (SharedCores.headroom)
+SATURATED_WAIT = 0.1  # loading that waits this share of its CPU time for a core ran on a full machine
 IO_SURPLUS = 1.5  # I/O-bound loading gets 50% more workers than the model needs: storage latency varies
 
 
@@ -31,16 +37,19 @@ class SharedCores:
     one, burning 2.7x its CPU). So the step's work slows by (R / C) ** q, a
     single thread's by R / C::
 
-        step(n)   = step_blocked + step_work / q * max(1, (q + k + B) / C) ** q
+        step(n)   = step_blocked + alone(q) * max(1, (q + k + B) / C) ** q    alone: NOTE [ Intra-op threads ]
         fetch(n)  = load_blocked + load_cpu * max(1, (k + s * q + B) / C)   s: share of time stepping
         k         = X * load_cpu * (stretch)                              workers computing, on average
-        cycle(n)  = max(step(n) + handoff, fetch(n) / n, (step_work + load_cpu) / C)
+        cycle(n)  = max(step(n) + handoff, fetch(n) / n, (q * alone(q) + load_cpu) / C)
         cycle(0)  = step(0) + load_blocked + load_cpu * max(1, (1 + B) / C)
-        epoch(n)  = batches * cycle(n) + start(n)       start: fresh workers each epoch, and the final next()
+        epoch(n)  = batches * cycle(n)                  persistent workers, or none
+        epoch(n)  = start + played out + end            fresh workers each epoch (NOTE [ Fresh workers each epoch ])
 
-    solved as a fixed point. The step's uncontended work comes out of its
+    solved as a fixed point. The step's uncontended time comes out of its
     recorded wall time by the same formula at the recorded setting; loading's
-    CPU and blocked time were measured directly (NOTE [ Where the time goes ]).
+    CPU and blocked time were measured directly (NOTE [ Where the time goes ]),
+    and so were fresh workers' start (iter() to their first batch, less that
+    batch's fetch) and the final next() that ends them, where they ran.
     So workers that compute slow a multi-threaded step, fewer intra-op threads
     (``torch.set_num_threads``) lower q, and with every core busy no setting
     helps. The predicted speed-up is epoch(recorded) / epoch(new), both from
@@ -63,20 +72,29 @@ class SharedCores:
     workers: int  # as recorded
     threads: int  # torch intra-op threads as recorded
     others_busy: float = 0.0  # the cores other processes kept busy (B counts their runnable threads)
+    prefetch: int = 2  # batches in flight per worker
 
     def _stretch(self, runnable: float) -> float:
         return max(1.0, runnable / self.cores)
 
+    def step_alone_s(self, q: float) -> float:
+        """The step's compute on q intra-op threads with a core each (NOTE [ Intra-op threads ])."""
+        return self.step_work_s / self.step_threads * _speedup(self.step_threads) / _speedup(q)
+
     def step_s(self, q: float, k: float) -> float:
-        return self.step_blocked_s + self.step_work_s / q * self._stretch(q + k + self.background) ** q
+        return self.step_blocked_s + self.step_alone_s(q) * self._stretch(q + k + self.background) ** q
+
+    def _floor(self, q: float) -> float:
+        """Seconds per batch the cores allow: the step's q spinning threads' CPU and loading's, on every core."""
+        return (q * self.step_alone_s(q) + self.load_cpu_s) / self.cores
 
     def cycle(self, n: int, threads: int | None = None) -> float:
         """Seconds per batch in steady state with n workers and ``threads`` intra-op threads."""
-        q = max(1.0, min(self.step_threads, float(threads)) if threads else self.step_threads)
+        q = self._threads(threads)
         b = self.background
         if n <= 0:
             return self.step_s(q, 0.0) + self.load_blocked_s + self.load_cpu_s * self._stretch(1.0 + b)
-        floor = (self.step_work_s + self.load_cpu_s) / self.cores
+        floor = self._floor(q)
         y = max(self.step_s(q, 0.0) + self.handoff_s, (self.load_cpu_s + self.load_blocked_s) / n, floor)
         k = min(float(n), self.load_cpu_s / y)
         for _ in range(200):
@@ -90,11 +108,32 @@ class SharedCores:
             y, k = 0.5 * (y + new_y), 0.5 * (k + new_k)
         return y
 
+    def _threads(self, threads: int | None) -> float:
+        return max(1.0, min(self.step_threads, float(threads)) if threads else self.step_threads)
+
     def epoch_s(self, n: int, threads: int | None = None) -> float:
-        start = 0.0
-        if n > 0 and not self.persistent:
-            start = self.start_s + self.end_s
-        return self.epoch_batches * self.cycle(n, threads) + start
+        y = self.cycle(n, threads)
+        if n <= 0 or self.persistent:
+            return self.epoch_batches * y
+        batches = max(1, round(self.epoch_batches))
+        played = batches - n * max(0, (batches - FILL_BATCHES) // n)  # the rest goes at the steady cycle
+        q = self._threads(threads)
+        epoch = Epoch(
+            workers=n,
+            prefetch=self.prefetch,
+            cores=self.cores,
+            background=self.background,
+            load_cpu_s=self.load_cpu_s,
+            load_blocked_s=self.load_blocked_s,
+            step_threads=q,
+            step_compute_s=self.step_alone_s(q),
+            step_blocked_s=self.step_blocked_s + self.handoff_s,
+        )
+        return self.start_s + epoch.seconds(played) + (batches - played) * y + self.end_s
+
+    def first_fetch_s(self, n: int) -> float:
+        """A fresh worker's first batch: n of them fetching at once, the loop waiting."""
+        return self.load_blocked_s + self.load_cpu_s * self._stretch(n + self.background)
 
     def speedup(self, n: int, threads: int | None = None) -> float:
         return self.epoch_s(self.workers) / max(self.epoch_s(n, None if threads == self.threads else threads), 1e-12)
@@ -114,17 +153,36 @@ class SharedCores:
         recorded = scores.get((self.workers, self.threads), 0.0)
         if recorded >= CLOSE * top:
             return self.workers, self.threads
-        good = [(n, -t) for (n, t), v in scores.items() if v >= CLOSE * top]
-        n, t = min(good)
+        n, t = min((n, -t) for (n, t), v in scores.items() if v >= CLOSE * top)
         t = -t
+        if n > 0 and self.headroom(n, t) < SURPLUS:  # only just fed: one with headroom, if it gives up little
+            fed = [(m, -u) for (m, u), v in scores.items() if v >= ROBUST * top and self.headroom(m, u) >= SURPLUS]
+            if fed:
+                n, t = min(fed)
+                t = -t
         if self.load_blocked_s > self.load_cpu_s and n > 0:  # I/O-bound: headroom costs only memory
             n = min(max_workers, max(n, math.ceil(IO_SURPLUS * n - 1e-9)))
         return n, t
 
+    def headroom(self, n: int, threads: int) -> float:
+        """How much faster n workers produce than the loop consumes, uncontended.
+
+        Fetch times vary and the model plays them as their mean, so a setting
+        whose workers only just keep up loses more than it predicts: from
+        bench/bench_predictions.py's light pipeline on 2 cores, 1 worker that
+        only just kept up with a 1-thread step measured 1.07-1.46 s an epoch
+        (the model: 1.18 s), and 2 workers 1.22-1.31 s (the model: 1.27 s).
+        So where the best setting's workers have less than SURPLUS headroom,
+        the fewest workers that have it are suggested instead, if the model
+        gives them at least ROBUST of the best.
+        """
+        loop = self.step_alone_s(self._threads(threads)) + self.step_blocked_s + self.handoff_s
+        return n * loop / max(self.load_cpu_s + self.load_blocked_s, 1e-12)
+
     def busy(self) -> bool:
         """Every core busy: the job's CPU at its recorded speed and other processes' fill the machine."""
         y = self.cycle(self.workers, self.threads)
-        return (self.step_work_s + self.load_cpu_s) / max(y, 1e-9) + self.others_busy >= self.cores - 0.25
+        return self._floor(self.step_threads) * self.cores / max(y, 1e-9) + self.others_busy >= self.cores - 0.25
 
 
 def shared_cores(facts: Facts, handoff_s: float) -> SharedCores | None:
@@ -149,13 +207,10 @@ def shared_cores(facts: Facts, handoff_s: float) -> SharedCores | None:
     others = _others_runnable(facts, cores, load_cpu, load_runq, k, q * min(1.0, step_wall / max(facts.cycle_s, 1e-9)))
     stretch = max(1.0, (q + k + others) / cores) ** q
     work = (step_wall - step_blocked) * q / stretch
-    start, end = START_S + facts.load_wall_s, END_S
-    if facts.num_workers > 0 and not facts.persistent_workers:
-        if facts.epoch_lost_s:  # measured: what later epoch starts cost beyond steady batches
-            start = sorted(facts.epoch_lost_s)[len(facts.epoch_lost_s) // 2]
-        if facts.end_wait_s > 0:
-            end = facts.end_wait_s / max(1, facts.epochs)
-    return SharedCores(
+    end = END_S
+    if facts.num_workers > 0 and not facts.persistent_workers and facts.end_wait_s > 0:
+        end = facts.end_wait_s / max(1, facts.epochs)
+    model = SharedCores(
         cores=cores,
         background=others,
         step_work_s=work,
@@ -165,26 +220,56 @@ def shared_cores(facts: Facts, handoff_s: float) -> SharedCores | None:
         load_cpu_s=load_cpu,
         load_blocked_s=load_blocked,
         epoch_batches=max(1.0, facts.epoch_batches),
-        start_s=start,
+        start_s=START_S,
         end_s=end,
         persistent=facts.persistent_workers,
         workers=facts.num_workers,
         threads=max(1, facts.torch_threads or 1),
         others_busy=facts.background_cores,
+        prefetch=facts.prefetch_factor or 2,
     )
+    if facts.num_workers > 0 and not facts.persistent_workers and facts.epoch_first_s:
+        # measured: iter() to batch 0 of later epochs, less the first fetch the epoch's simulation counts itself
+        first = sorted(facts.epoch_first_s)[len(facts.epoch_first_s) // 2]
+        model = dataclasses.replace(model, start_s=max(0.0, first - model.first_fetch_s(facts.num_workers)))
+    return model
+
+
+def _speedup(q: float) -> float:
+    """How much faster a step runs on q intra-op threads than on one (Amdahl, PARALLEL_SHARE of it parallel).
+
+    NOTE [ Intra-op threads ]
+    A step's threads spin at the barriers of its parallel regions, so a run
+    measures q threads busy for the whole step and cannot tell the useful
+    share from the spinning. Its CPU is not the work one thread would do:
+    bench/pipelines.py's CNN took 120-124 ms a batch on 1 thread and 79-81 ms
+    on 2 (1.52x, for 2.05x the CPU), on an idle 2-core machine without
+    workers, light and heavy alike. So a step on fewer threads is predicted
+    from Amdahl's law with that measured parallel share, not from its CPU:
+    reading 2 threads' CPU as one thread's work had a 1-thread step take 40%
+    too long, and under-predicted every ``torch.set_num_threads(1)``.
+    """
+    return 1.0 / ((1.0 - PARALLEL_SHARE) + PARALLEL_SHARE / max(q, 1.0))
 
 
 def _others_runnable(facts: Facts, cores: float, load_cpu: float, load_runq: float, k: float, stepping: float) -> float:
-    """Other processes' runnable threads: at least their busy cores, and what the loading thread's wait implies.
+    """Other processes' runnable threads: their busy cores, stretched by the wait for a core our loading saw.
 
-    A thread that ran c and waited r for a core got c / (c + r) of one, so
-    about C (c + r) / c threads were runnable beside it: others' demand, which
-    a 2 Hz busy figure understates on a loaded machine (and which more threads
-    of ours would share).
+    Every runnable thread on a full machine gets the same share of a core: a
+    loading thread that ran c and waited r got c / (c + r) of one, so other
+    processes that got ``busy`` cores had about busy (c + r) / c threads
+    runnable. Where the wait is a real share of the run (SATURATED_WAIT), the
+    machine was full, and C (c + r) / c threads in all were runnable beside
+    ours: a 2 Hz busy figure understates others' demand on a loaded machine.
+    A wait of a few per cent says nothing of the kind: with the cores not
+    full, the waits are the scheduler's own latency, and reading them as a
+    full machine invented a busy thread on an idle one.
     """
     busy = facts.background_cores
     if load_cpu <= 0 or load_runq <= 0:
         return busy
-    runnable = cores * (load_cpu + load_runq) / load_cpu
+    stretch = (load_cpu + load_runq) / load_cpu
+    if load_runq < SATURATED_WAIT * load_cpu:
+        return busy * stretch
     ours = 1.0 if facts.num_workers == 0 else k + stepping
-    return max(busy, runnable - ours)
+    return max(busy * stretch, cores * stretch - ours)

@@ -43,6 +43,7 @@ class Facts:
     batches_per_s: float  # whole span
     steady_batches_per_s: float
     epoch_lost_s: tuple[float, ...]  # per epoch start after the first: seconds lost
+    epoch_first_s: tuple[float, ...]  # per epoch start after the first: iter() to batch 0, the collector's own out
     num_workers: int
     prefetch_factor: int
     batch_size: int | None
@@ -157,6 +158,7 @@ def measure(data: RunData) -> Facts:
         batches_per_s=len(b) / wall,
         steady_batches_per_s=1.0 / cycle if cycle > 0 else 0.0,
         epoch_lost_s=tuple(float(v) for v in later["lost_s"]),
+        epoch_first_s=tuple(float(v) for v in later["first_s"]),
         num_workers=n_workers,
         prefetch_factor=int(cfg.get("prefetch_factor") or (2 if n_workers else 0)),
         batch_size=cfg.get("batch_size"),

@@ -1,0 +1,98 @@
+"""An epoch with fresh workers, simulated batch by batch on cores shared by whoever is runnable."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+DONE = 1e-12  # seconds of work left that count as none
+
+
+@dataclass(frozen=True)
+class Epoch:
+    """One epoch's shape: what each batch costs uncontended and the machine it shares.
+
+    NOTE [ Fresh workers each epoch ]
+    Non-persistent workers start every epoch empty, so an epoch is not
+    batches * cycle plus a constant. All n workers fetch their first batch at
+    once while the loop waits (the cores are theirs then), deliver in turn,
+    a worker's next index sent when the batch prefetch * n ahead of it is
+    taken, and at the end the last workers finish alone while the others
+    idle. The steady cycle's contention holds only in between. So the epoch
+    is played out: each runnable thread gets C / R of a core when R threads
+    are runnable on C cores (R > C), the step's q intra-op threads advance at
+    (C / R) ** q (their barriers; NOTE [ Sharing the cores ]), and the
+    blocked parts of a fetch and of a step (and the hand-off) take no core.
+    With 8 batches of 0.85 s of CPU on 2 cores, 3 workers and a 1-thread
+    step of 0.12 s (bench/bench_predictions.py), that is about 3.9 s, where
+    8 steady cycles plus a start read 4.5-5.2 s, and the measured epochs
+    were 3.8-4.4 s.
+    """
+
+    workers: int
+    prefetch: int
+    cores: float
+    background: float  # other processes' runnable threads
+    load_cpu_s: float
+    load_blocked_s: float
+    step_threads: float
+    step_compute_s: float  # the step's compute on its threads, each with a core
+    step_blocked_s: float  # the step's own blocked time, and the hand-off of its batch
+
+    def seconds(self, batches: int) -> float:
+        """From the workers' first fetch to the end of the last batch's step."""
+        n = self.workers
+        ahead = max(1, self.prefetch) * n
+        queues: list[deque[int]] = [deque() for _ in range(n)]
+        for i in range(min(ahead, batches)):
+            queues[i % n].append(i)
+        fetching: list[list[float] | None] = [None] * n  # [batch, CPU left, blocked left]
+        ready = [False] * batches
+        nxt = 0  # the batch the loop waits for
+        blocked_left, compute_left = 0.0, 0.0
+        stepping = False  # the loop is on a batch (its blocked part, then its compute)
+        t = 0.0
+        while True:
+            for w in range(n):  # idle workers take their next index
+                task = fetching[w]
+                if task is not None and task[1] <= DONE and task[2] <= DONE:
+                    ready[int(task[0])] = True
+                    fetching[w] = task = None
+                if task is None and queues[w]:
+                    fetching[w] = [float(queues[w].popleft()), self.load_cpu_s, self.load_blocked_s]
+            if stepping and blocked_left <= DONE and compute_left <= DONE:
+                stepping = False
+                if nxt == batches:
+                    return t
+            if not stepping and ready[nxt]:  # the loop takes its batch; its index slot goes to the next one
+                sent = nxt + ahead
+                if sent < batches:
+                    queues[sent % n].append(sent)
+                nxt += 1
+                stepping, blocked_left, compute_left = True, self.step_blocked_s, self.step_compute_s
+                continue
+            computing = sum(1 for task in fetching if task is not None and task[1] > DONE)
+            step_runs = stepping and blocked_left <= DONE
+            runnable = computing + (self.step_threads if step_runs else 0.0) + self.background
+            share = min(1.0, self.cores / runnable) if runnable > 0 else 1.0
+            step_rate = share**self.step_threads
+            dt = float("inf")
+            for task in fetching:
+                if task is not None:
+                    dt = min(dt, task[1] / share if task[1] > DONE else task[2])
+            if stepping:
+                dt = min(dt, blocked_left if blocked_left > DONE else compute_left / step_rate)
+            if dt == float("inf"):
+                raise RuntimeError("the epoch cannot advance")  # not reached: a batch is always on its way
+            t += dt
+            for task in fetching:
+                if task is not None:
+                    if task[1] > DONE:
+                        task[1] -= dt * share
+                    else:
+                        task[2] -= dt
+            if stepping:
+                if blocked_left > DONE:
+                    blocked_left -= dt
+                else:
+                    compute_left -= dt * step_rate

@@ -1,0 +1,86 @@
+"""An epoch with fresh workers, played out on shared cores (NOTE [ Fresh workers each epoch ]), against hand-worked cases."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from collector.diagnosis.fresh import Epoch
+from collector.diagnosis.sharing import FILL_BATCHES, PARALLEL_SHARE, SharedCores
+
+IDLE = dict(prefetch=2, cores=8.0, background=0.0, load_cpu_s=0.0, step_threads=1.0, step_compute_s=0.0)
+
+
+def test_workers_that_are_the_limit_deliver_in_rounds_and_the_last_round_is_a_whole_fetch():
+    """Two workers, 1 s a batch each, a 0.1 s step: batches ready at 1, 1, 2, 2; the loop ends at 2.2, not 4 x 0.5."""
+    epoch = Epoch(workers=2, load_blocked_s=1.0, step_blocked_s=0.1, **IDLE)
+    assert epoch.seconds(4) == pytest.approx(2.2)
+    assert epoch.seconds(5) == pytest.approx(3.1)  # a fifth batch is a third round of its own
+
+
+def test_a_loop_that_is_the_limit_waits_only_for_the_first_batch():
+    epoch = Epoch(workers=2, load_blocked_s=0.1, step_blocked_s=1.0, **IDLE)
+    assert epoch.seconds(4) == pytest.approx(0.1 + 4 * 1.0)
+
+
+def test_a_worker_and_the_step_on_one_core_share_it_and_the_work_is_conserved():
+    """1 s of fetch CPU and 1 s of step CPU a batch on 1 core: alone, then halves, then the last step alone: 4 s."""
+    one_core = dict(IDLE, cores=1.0, load_cpu_s=1.0, step_compute_s=1.0)
+    epoch = Epoch(workers=1, load_blocked_s=0.0, step_blocked_s=0.0, **one_core)
+    assert epoch.seconds(2) == pytest.approx(4.0)
+    assert epoch.seconds(5) == pytest.approx(10.0)  # every second of CPU, on one core
+
+
+def test_a_multi_threaded_step_beside_a_computing_worker_advances_at_its_share_to_the_power_of_its_threads():
+    """A 2-thread step with 1 worker computing on 2 cores: 3 runnable, (2/3)^2 of its speed while the worker runs."""
+    two = dict(IDLE, cores=2.0, load_cpu_s=10.0, step_threads=2.0, step_compute_s=0.4)
+    epoch = Epoch(workers=1, load_blocked_s=0.0, step_blocked_s=0.0, **two)
+    # batch 0 alone: 10 s. Then the step (0.4 s of work at 4/9) beside the worker's batch 1: 0.9 s, at 10.9
+    # the worker has done 0.9 * 2/3 = 0.6 s of batch 1; it finishes the other 9.4 s alone at 20.3; the last step 0.4.
+    assert epoch.seconds(2) == pytest.approx(20.7)
+
+
+def test_with_one_index_out_a_worker_fetches_each_batch_while_the_loop_steps_the_one_before():
+    """One worker, prefetch 1, a slow loop: batch i + 1 goes out as batch i is taken, and is ready before it is due."""
+    epoch = Epoch(workers=1, load_blocked_s=0.5, step_blocked_s=1.0, **dict(IDLE, prefetch=1))
+    assert epoch.seconds(3) == pytest.approx(0.5 + 3 * 1.0)
+
+
+SHARED = dict(
+    cores=2.0,
+    background=0.0,
+    step_work_s=0.080,
+    step_threads=1.0,
+    step_blocked_s=0.0,
+    handoff_s=0.001,
+    load_cpu_s=0.100,
+    load_blocked_s=0.0,
+    start_s=0.1,
+    end_s=0.025,
+    workers=2,
+    threads=1,
+)
+
+
+def test_a_short_epoch_of_fresh_workers_is_played_out_and_a_long_one_goes_on_at_the_steady_cycle(monkeypatch):
+    short = SharedCores(epoch_batches=8, persistent=False, **dict(SHARED, cores=4.0))  # a core each: no sharing
+    persistent = dataclasses.replace(short, persistent=True)
+    # the loop is the limit (81 ms a batch): fresh workers add their start, the first fetch and the end
+    assert persistent.epoch_s(2) == pytest.approx(8 * 0.081)
+    assert short.epoch_s(2) - persistent.epoch_s(2) == pytest.approx(0.1 + 0.1 + 0.025)
+    played: list[int] = []
+    seconds = Epoch.seconds
+    monkeypatch.setattr(Epoch, "seconds", lambda self, batches: played.append(batches) or seconds(self, batches))
+    long = dataclasses.replace(short, epoch_batches=1_000_000)
+    assert long.epoch_s(2) == pytest.approx(1_000_000 * long.cycle(2), rel=1e-4)
+    assert played == [FILL_BATCHES]  # whole rounds of 2 past it go at the steady cycle, not one by one
+
+
+def test_fewer_intra_op_threads_run_the_step_by_amdahls_law_not_by_its_cpu():
+    """A 2-thread step measured busy on both threads for 80 ms: on one it takes 80 ms x 1.52, not 160 ms of CPU."""
+    model = SharedCores(epoch_batches=100, persistent=True, **dict(SHARED, step_work_s=0.160, step_threads=2.0))
+    speedup_2 = 1 / (1 - PARALLEL_SHARE / 2)
+    assert model.step_alone_s(2.0) == pytest.approx(0.080)
+    assert model.step_alone_s(1.0) == pytest.approx(0.080 * speedup_2)
+    assert 1.4 < speedup_2 < 1.6  # NOTE [ Intra-op threads ]: measured 1.52x on bench/pipelines.py's CNN
