@@ -166,10 +166,10 @@ def speed(batches: int = 1_000_000) -> None:
     t0 = time.perf_counter()
     with store.transaction() as conn:
         conn.executemany(
-            "INSERT INTO batches VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "INSERT INTO batches VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 (run_id, i // epoch_len, i % epoch_len, float(ts[i]), float(wait[i]), float(step[i]), 2, 8,
-                 i % 4, 100 + i % 4, i // epoch_len, (i % epoch_len) // 4, 32, 1 << 20, 0, None, None)
+                 i % 4, 100 + i % 4, i // epoch_len, (i % epoch_len) // 4, 32, 1 << 20, 0, None, None, None)
                 for i in range(batches)
             ),
         )  # fmt: skip
@@ -181,7 +181,7 @@ def speed(batches: int = 1_000_000) -> None:
             ),
         )
         conn.executemany(
-            "INSERT INTO epochs VALUES (?,?,?,?,?,?,?,NULL)",
+            "INSERT INTO epochs VALUES (?,?,?,?,?,?,?,NULL,NULL)",
             [
                 (run_id, e, float(ts[e * epoch_len] - 0.1), float(ts[(e + 1) * epoch_len - 1]), 0.1, epoch_len, "[]")
                 for e in range(batches // epoch_len)

@@ -172,45 +172,38 @@ def test_with_every_core_busy_with_the_jobs_own_work_nothing_helps():
     assert max(busy.speedup(n) for n in range(9)) < 1.1
 
 
-def test_other_processes_threads_are_read_from_our_own_waits_for_a_core(tmp_path):
-    """A loading thread that waited as long as it ran shared its core with about 3 others on 2 cores."""
+def main_thread_loading(tmp_path: Path, cpu_s: float, runq_s: float, main_pct: float, host_pct: float):
+    """(facts, sharing model) of a run whose main thread loads every batch: ``cpu_s`` of CPU, ``runq_s`` waiting."""
+    from collector.diagnosis.sharing import shared_cores
+
     spec = Synthetic(
         wait_s=np.full(N, 0.030),
         step_s=0.010,
-        load_cpu_s=np.full(N, 0.015),
-        load_runq_s=np.full(N, 0.015),
-        main_cpu_pct=50.0,
-        main_runq_cores=0.5,
-        host_cpu_pct=60.0,
+        load_cpu_s=np.full(N, cpu_s),
+        load_runq_s=np.full(N, runq_s),
+        main_cpu_pct=main_pct,
+        main_runq_cores=runq_s / 0.030,
+        host_cpu_pct=host_pct,
         torch_threads=1,
     )
     path = str(tmp_path / "run.sqlite")
     write_synthetic(path, spec)
-    from collector.diagnosis.sharing import shared_cores
+    facts = measure(load_run(path))
+    model = shared_cores(facts, 0.001)
+    assert model is not None
+    return facts, model
 
-    model = shared_cores(measure(load_run(path)), 0.001)
-    assert model is not None and model.background == pytest.approx(2 * 2 - 1, rel=0.05)
+
+def test_other_processes_threads_are_read_from_our_own_waits_for_a_core(tmp_path):
+    """A loading thread that waited as long as it ran shared its core with about 3 others on 2 cores."""
+    _, model = main_thread_loading(tmp_path, cpu_s=0.015, runq_s=0.015, main_pct=50.0, host_pct=60.0)
+    assert model.background == pytest.approx(2 * 2 - 1, rel=0.05)
 
 
 def test_a_loading_thread_that_barely_waited_for_a_core_invents_no_other_process(tmp_path):
     """On an idle machine the scheduler's own latency (1% of the CPU time) says nothing of a full machine."""
-    spec = Synthetic(
-        wait_s=np.full(N, 0.030),
-        step_s=0.010,
-        load_cpu_s=np.full(N, 0.030),
-        load_runq_s=np.full(N, 0.0003),
-        main_cpu_pct=100.0,
-        main_runq_cores=0.01,
-        host_cpu_pct=50.0,  # the job's one busy core of two: nothing else
-        torch_threads=1,
-    )
-    path = str(tmp_path / "run.sqlite")
-    write_synthetic(path, spec)
-    from collector.diagnosis.sharing import shared_cores
-
-    facts = measure(load_run(path))
-    model = shared_cores(facts, 0.001)
-    assert model is not None and model.background == pytest.approx(facts.background_cores * 1.01, abs=0.01)
+    facts, model = main_thread_loading(tmp_path, cpu_s=0.030, runq_s=0.0003, main_pct=100.0, host_pct=50.0)
+    assert model.background == pytest.approx(facts.background_cores * 1.01, abs=0.01)
     assert model.background < 0.1  # it read as one more runnable thread: 2 x (0.0303 / 0.03) - 1
 
 
