@@ -129,11 +129,15 @@ def test_a_process_that_ended_reads_as_gone_through_its_open_files():
     process.close()
 
 
+BUSY = "print('up', flush=True)\nwhile True: pass"
+
+
 @needs_proc
 def test_host_sampler_through_proc_measures_a_busy_child_and_forgets_it_when_gone():
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    busy = subprocess.Popen([sys.executable, "-c", BUSY], stdout=subprocess.PIPE)
     try:
+        assert busy.stdout is not None and busy.stdout.readline() == b"up\n"  # past exec: its memory is mapped
         sampler = HostSampler(lambda key, text: pytest.fail(f"{key}: {text}"), main_pid=child.pid)
         first = sampler.processes(time.time(), {busy.pid: 0}, detail=True)
         assert [s.cpu_pct for s in first] == [None, None]

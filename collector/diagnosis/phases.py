@@ -38,9 +38,10 @@ def epoch_starts(
 ) -> pd.DataFrame:
     """Per epoch: seconds spent starting it (iter() plus the head batches' waits) and seconds lost.
 
-    ``first_s`` is iter() and batch 0's wait, ``iter_s`` is iter() itself (``first_batch_s`` minus batch 0's wait and
+    ``iter_s`` is iter() itself (``first_batch_s`` minus batch 0's wait and
     minus ``collector_s``, the collector's own work in it: NOTE [ The
-    collector's own time ] in collector/record/session.py), ``start_s`` adds
+    collector's own time ] in collector/record/session.py), ``first_s`` adds
+    batch 0's wait to it, ``start_s`` adds
     the waits of the epoch's first ``start_batches`` batches, and ``lost_s`` is
     what that costs beyond the same number of steady-state waits.
     """

@@ -170,8 +170,8 @@ class SharedCores:
         Fetch times vary and the model plays them as their mean, so a setting
         whose workers only just keep up loses more than it predicts: from
         bench/bench_predictions.py's light pipeline on 2 cores, 1 worker that
-        only just kept up with a 1-thread step measured 1.07-1.46 s an epoch
-        (the model: 1.18 s), and 2 workers 1.22-1.31 s (the model: 1.27 s).
+        only just kept up with a 1-thread step measured 1.07-1.46 s an epoch,
+        and 2 workers 1.22-1.31 s, where the model put 1 worker ahead.
         So where the best setting's workers have less than SURPLUS headroom,
         the fewest workers that have it are suggested instead, if the model
         gives them at least ROBUST of the best.
