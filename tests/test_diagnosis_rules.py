@@ -382,3 +382,23 @@ def test_io_bound_evidence_names_the_disk_rate(tmp_path: Path) -> None:
     conn.close()
     (s,) = [s for s in diagnose(path).symptoms if s.id == "io_bound_fetch"]
     assert "50.0 MiB/s" in s.evidence
+
+
+def test_a_deeper_queue_is_suggested_only_where_the_model_says_it_pays(tmp_path: Path) -> None:
+    """The symptom stands either way; the suggestion needs min_speedup, as every other one does."""
+    from collector.diagnosis.data import load_run
+    from collector.diagnosis.model import build_model
+    from collector.diagnosis.stats import measure
+    from collector.diagnosis.suggest import suggest
+
+    path = str(tmp_path / "run.sqlite")
+    write_synthetic(path, CASES["bursts empty a shallow queue"][0])
+    report = diagnose(path)
+    deeper = next(s for s in report.suggestions if s.parameter == "prefetch_factor")
+    assert deeper.expected_speedup is not None and deeper.expected_speedup >= 1.1
+    facts = measure(load_run(path))
+    symptoms = {s.id: s for s in report.symptoms}
+    assert "prefetch_too_shallow" in symptoms
+    beyond = deeper.expected_speedup + 0.01  # a bar the deeper queue does not reach
+    out, _ = suggest(facts, build_model(facts), symptoms, min_speedup=beyond)
+    assert "prefetch_factor" not in {s.parameter for s in out}

@@ -55,21 +55,23 @@ def suggest(
         if workers is not None:
             out.append(workers)
     if "prefetch_too_shallow" in symptoms and model is not None:
-        value = int(symptoms["prefetch_too_shallow"].metrics["suggested_prefetch_factor"])
         ceiling = min(model.loop_limit(), model.workers_limit(facts.num_workers), model.cpu_limit())
-        out.append(
-            Suggestion(
-                parameter="prefetch_factor",
-                current=facts.prefetch_factor,
-                suggested=value,
-                reason=(
-                    f"queue {value} batches per worker so a slow fetch starts early enough to be ready; "
-                    f"{facts.num_workers * value} batches are held in memory"
-                ),
-                expected_speedup=round(max(1.0, ceiling / current), 2) if current > 0 else None,
-                rule_of_thumb=2,
+        gain = max(1.0, ceiling / current) if current > 0 else None
+        if gain is None or gain >= min_speedup:  # the symptom stands; a deeper queue is suggested where it pays
+            value = int(symptoms["prefetch_too_shallow"].metrics["suggested_prefetch_factor"])
+            out.append(
+                Suggestion(
+                    parameter="prefetch_factor",
+                    current=facts.prefetch_factor,
+                    suggested=value,
+                    reason=(
+                        f"queue {value} batches per worker so a slow fetch starts early enough to be ready; "
+                        f"{facts.num_workers * value} batches are held in memory"
+                    ),
+                    expected_speedup=None if gain is None else round(gain, 2),
+                    rule_of_thumb=2,
+                )
             )
-        )
     if "epoch_start_stall" in symptoms and facts.num_workers > 0 and not facts.persistent_workers:
         span = facts.wall_s - facts.warmup_s
         saved = sum(max(0.0, lost - (facts.load_wall_s or 0.0)) for lost in facts.epoch_lost_s)
