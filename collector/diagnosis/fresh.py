@@ -8,6 +8,15 @@ from dataclasses import dataclass
 DONE = 1e-12  # seconds of work left that count as none
 
 
+@dataclass
+class _Fetch:
+    """One worker's batch in progress: its CPU left to run, then its blocked time left."""
+
+    batch: int
+    cpu_s: float
+    blocked_s: float
+
+
 @dataclass(frozen=True)
 class Epoch:
     """One epoch's shape: what each batch costs uncontended and the machine it shares.
@@ -46,7 +55,7 @@ class Epoch:
         queues: list[deque[int]] = [deque() for _ in range(n)]
         for i in range(min(ahead, batches)):
             queues[i % n].append(i)
-        fetching: list[list[float] | None] = [None] * n  # [batch, CPU left, blocked left]
+        fetching: list[_Fetch | None] = [None] * n
         ready = [False] * batches
         nxt = 0  # the batch the loop waits for
         blocked_left, compute_left = 0.0, 0.0
@@ -55,11 +64,11 @@ class Epoch:
         while True:
             for w in range(n):  # idle workers take their next index
                 task = fetching[w]
-                if task is not None and task[1] <= DONE and task[2] <= DONE:
-                    ready[int(task[0])] = True
+                if task is not None and task.cpu_s <= DONE and task.blocked_s <= DONE:
+                    ready[task.batch] = True
                     fetching[w] = task = None
                 if task is None and queues[w]:
-                    fetching[w] = [float(queues[w].popleft()), self.load_cpu_s, self.load_blocked_s]
+                    fetching[w] = _Fetch(queues[w].popleft(), self.load_cpu_s, self.load_blocked_s)
             if stepping and blocked_left <= DONE and compute_left <= DONE:
                 stepping = False
                 if nxt == batches:
@@ -71,7 +80,7 @@ class Epoch:
                 nxt += 1
                 stepping, blocked_left, compute_left = True, self.step_blocked_s, self.step_compute_s
                 continue
-            computing = sum(1 for task in fetching if task is not None and task[1] > DONE)
+            computing = sum(1 for task in fetching if task is not None and task.cpu_s > DONE)
             step_runs = stepping and blocked_left <= DONE
             runnable = computing + (self.step_threads if step_runs else 0.0) + self.background
             share = min(1.0, self.cores / runnable) if runnable > 0 else 1.0
@@ -79,7 +88,7 @@ class Epoch:
             dt = float("inf")
             for task in fetching:
                 if task is not None:
-                    dt = min(dt, task[1] / share if task[1] > DONE else task[2])
+                    dt = min(dt, task.cpu_s / share if task.cpu_s > DONE else task.blocked_s)
             if stepping:
                 dt = min(dt, blocked_left if blocked_left > DONE else compute_left / step_rate)
             if dt == float("inf"):
@@ -87,10 +96,10 @@ class Epoch:
             t += dt
             for task in fetching:
                 if task is not None:
-                    if task[1] > DONE:
-                        task[1] -= dt * share
+                    if task.cpu_s > DONE:
+                        task.cpu_s -= dt * share
                     else:
-                        task[2] -= dt
+                        task.blocked_s -= dt
             if stepping:
                 if blocked_left > DONE:
                     blocked_left -= dt

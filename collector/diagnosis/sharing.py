@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from collector.diagnosis.fresh import Epoch
@@ -153,13 +154,11 @@ class SharedCores:
         recorded = scores.get((self.workers, self.threads), 0.0)
         if recorded >= CLOSE * top:
             return self.workers, self.threads
-        n, t = min((n, -t) for (n, t), v in scores.items() if v >= CLOSE * top)
-        t = -t
+        n, t = _least_change(c for c, v in scores.items() if v >= CLOSE * top)
         if n > 0 and self.headroom(n, t) < SURPLUS:  # only just fed: one with headroom, if it gives up little
-            fed = [(m, -u) for (m, u), v in scores.items() if v >= ROBUST * top and self.headroom(m, u) >= SURPLUS]
+            fed = [c for c, v in scores.items() if v >= ROBUST * top and self.headroom(*c) >= SURPLUS]
             if fed:
-                n, t = min(fed)
-                t = -t
+                n, t = _least_change(fed)
         if self.load_blocked_s > self.load_cpu_s and n > 0:  # I/O-bound: headroom costs only memory
             n = min(max_workers, max(n, math.ceil(IO_SURPLUS * n - 1e-9)))
         return n, t
@@ -233,6 +232,11 @@ def shared_cores(facts: Facts, handoff_s: float) -> SharedCores | None:
         first = sorted(facts.epoch_first_s)[len(facts.epoch_first_s) // 2]
         model = dataclasses.replace(model, start_s=max(0.0, first - model.first_fetch_s(facts.num_workers)))
     return model
+
+
+def _least_change(settings: Iterable[tuple[int, int]]) -> tuple[int, int]:
+    """The fewest workers, then the most intra-op threads (the recorded count is the most tried)."""
+    return min(settings, key=lambda setting: (setting[0], -setting[1]))
 
 
 def _speedup(q: float) -> float:
