@@ -6,7 +6,7 @@ usage: python bench/bench_predictions.py collect --out DIR [--rounds 3] [--condi
 
 ``collect`` runs bench/bench_pipelines.py's training program once per
 (transform, num_workers, torch threads) each round, in an order rotated every
-round (``hog``: one busy process beside each round), and keeps every run's
+round (``hog``: one busy process beside each round; ``hog2``: two), and keeps every run's
 file and its steady train-epoch time in DIR/runs.json. ``evaluate`` then
 diagnoses each run and asks its model (NOTE [ Sharing the cores ]) for the
 speed-up of every other setting of the same transform and condition,
@@ -46,7 +46,8 @@ def collect(args: argparse.Namespace) -> None:
     ]
     for condition in args.conditions.split(","):
         for rnd in range(args.rounds):
-            hogs = [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(1 if condition == "hog" else 0)]
+            busy = int(condition[3:] or 1) if condition.startswith("hog") else 0
+            hogs = [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(busy)]
             try:
                 order = settings[rnd % len(settings) :] + settings[: rnd % len(settings)]
                 for i, (transform, workers, threads) in enumerate(order):

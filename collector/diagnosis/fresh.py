@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+from collector.diagnosis.cores import share as cores_share
+
 DONE = 1e-12  # seconds of work left that count as none
 
 
@@ -28,10 +30,11 @@ class Epoch:
     a worker's next index sent when the batch prefetch * n ahead of it is
     taken, and at the end the last workers finish alone while the others
     idle. The steady cycle's contention holds only in between. So the epoch
-    is played out: each runnable thread gets C / R of a core when R threads
-    are runnable on C cores (R > C), the step's q intra-op threads advance at
-    (C / R) ** q (their barriers; NOTE [ Sharing the cores ]), and the
-    blocked parts of a fetch and of a step (and the hand-off) take no core.
+    is played out: each of our runnable threads gets the share S of a core
+    that other processes' busy threads leave it (NOTE [ Crowded cores ]), the
+    step's q intra-op threads advance at S ** q (their barriers; NOTE
+    [ Sharing the cores ]), and the blocked parts of a fetch and of a step
+    (and the hand-off) take no core.
     With 8 batches of 0.85 s of CPU on 2 cores, 3 workers and a 1-thread
     step of 0.12 s (bench/bench_predictions.py), that is about 3.9 s, where
     8 steady cycles plus a start read 4.5-5.2 s, and the measured epochs
@@ -82,8 +85,7 @@ class Epoch:
                 continue
             computing = sum(1 for task in fetching if task is not None and task.cpu_s > DONE)
             step_runs = stepping and blocked_left <= DONE
-            runnable = computing + (self.step_threads if step_runs else 0.0) + self.background
-            share = min(1.0, self.cores / runnable) if runnable > 0 else 1.0
+            share = cores_share(computing + (self.step_threads if step_runs else 0.0), self.background, self.cores)
             step_rate = share**self.step_threads
             dt = float("inf")
             for task in fetching:

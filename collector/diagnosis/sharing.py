@@ -7,6 +7,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from collector.diagnosis.cores import background_for, share
 from collector.diagnosis.fresh import Epoch
 from collector.diagnosis.model import SPARE_CPU_WORKERS, SURPLUS
 from collector.diagnosis.stats import Facts
@@ -27,22 +28,24 @@ class SharedCores:
     """Per batch, uncontended: the step's work and threads, loading's CPU and blocked time; the machine.
 
     NOTE [ Sharing the cores ]
-    A thread runnable beside R runnable threads on C cores gets C / R of a
-    core (R > C): the step's q threads while it runs, the k workers computing,
-    the main thread loading (with no workers), and B, other processes' runnable
-    threads (at least the cores they keep busy; more where our own threads'
-    waits for a core say so). A step on q intra-op threads is worse off than that: its
-    parallel regions end at a barrier, so it advances only while all its
-    threads hold a core, and the waiting ones spin (measured on 2 cores: a
-    2-thread step beside busy processes took 2.6-3x as long as a 1-thread
-    one, burning 2.7x its CPU). So the step's work slows by (R / C) ** q, a
-    single thread's by R / C::
+    Our runnable threads, r of them, get a share S(r) of a core each beside
+    B, other processes' runnable threads, on C cores: all of one while
+    r + B <= C; beyond, what the cores other processes keep leave to ours,
+    C / r where ours are alone (NOTE [ Crowded cores ]). Ours are the step's
+    q threads while it runs, the k workers computing, the main thread
+    loading (with no workers); B counts the cores other processes kept busy, more where our
+    lone loading thread's waits for a core say so. A step on q intra-op
+    threads is worse off than one thread: its parallel regions end at a
+    barrier, so it advances only while all its threads hold a core, and the
+    waiting ones spin (measured on 2 cores: a 2-thread step beside busy
+    processes took 2.6-3x as long as a 1-thread one, burning 2.7x its CPU).
+    So the step's work slows by S ** -q, a single thread's by 1 / S::
 
-        step(n)   = step_blocked + alone(q) * max(1, (q + k + B) / C) ** q    alone: NOTE [ Intra-op threads ]
-        fetch(n)  = load_blocked + load_cpu * max(1, (k + s * q + B) / C)   s: share of time stepping
+        step(n)   = step_blocked + alone(q) * S(q + k) ** -q         alone: NOTE [ Intra-op threads ]
+        fetch(n)  = load_blocked + load_cpu / S(k + s * q)           s: share of time stepping
         k         = X * load_cpu * (stretch)                              workers computing, on average
         cycle(n)  = max(step(n) + handoff, fetch(n) / n, (q * alone(q) + load_cpu) / C)
-        cycle(0)  = step(0) + load_blocked + load_cpu * max(1, (1 + B) / C)
+        cycle(0)  = step(0) + load_blocked + load_cpu / S(1)
         epoch(n)  = batches * cycle(n)                  persistent workers, or none
         epoch(n)  = start + played out + end            fresh workers each epoch (NOTE [ Fresh workers each epoch ])
 
@@ -75,15 +78,16 @@ class SharedCores:
     others_busy: float = 0.0  # the cores other processes kept busy (B counts their runnable threads)
     prefetch: int = 2  # batches in flight per worker
 
-    def _stretch(self, runnable: float) -> float:
-        return max(1.0, runnable / self.cores)
+    def _stretch(self, ours: float) -> float:
+        """How much longer our ``ours`` runnable threads take than with a core each (NOTE [ Crowded cores ])."""
+        return 1.0 / share(ours, self.background, self.cores)
 
     def step_alone_s(self, q: float) -> float:
         """The step's compute on q intra-op threads with a core each (NOTE [ Intra-op threads ])."""
         return self.step_work_s / self.step_threads * _speedup(self.step_threads) / _speedup(q)
 
     def step_s(self, q: float, k: float) -> float:
-        return self.step_blocked_s + self.step_alone_s(q) * self._stretch(q + k + self.background) ** q
+        return self.step_blocked_s + self.step_alone_s(q) * self._stretch(q + k) ** q
 
     def _floor(self, q: float) -> float:
         """Seconds per batch the cores allow: the step's q spinning threads' CPU and loading's, on every core."""
@@ -92,16 +96,15 @@ class SharedCores:
     def cycle(self, n: int, threads: int | None = None) -> float:
         """Seconds per batch in steady state with n workers and ``threads`` intra-op threads."""
         q = self._threads(threads)
-        b = self.background
         if n <= 0:
-            return self.step_s(q, 0.0) + self.load_blocked_s + self.load_cpu_s * self._stretch(1.0 + b)
+            return self.step_s(q, 0.0) + self.load_blocked_s + self.load_cpu_s * self._stretch(1.0)
         floor = self._floor(q)
         y = max(self.step_s(q, 0.0) + self.handoff_s, (self.load_cpu_s + self.load_blocked_s) / n, floor)
         k = min(float(n), self.load_cpu_s / y)
         for _ in range(200):
             step = self.step_s(q, k)
             stepping = min(1.0, step / y)
-            fetch_cpu = self.load_cpu_s * self._stretch(k + stepping * q + b)  # its CPU, stretched
+            fetch_cpu = self.load_cpu_s * self._stretch(k + stepping * q)  # its CPU, stretched
             new_y = max(step + self.handoff_s, (self.load_blocked_s + fetch_cpu) / n, floor)
             new_k = min(float(n), fetch_cpu / new_y)
             if abs(new_y - y) < 1e-8 and abs(new_k - k) < 1e-6:
@@ -134,7 +137,7 @@ class SharedCores:
 
     def first_fetch_s(self, n: int) -> float:
         """A fresh worker's first batch: n of them fetching at once, the loop waiting."""
-        return self.load_blocked_s + self.load_cpu_s * self._stretch(n + self.background)
+        return self.load_blocked_s + self.load_cpu_s * self._stretch(n)
 
     def speedup(self, n: int, threads: int | None = None) -> float:
         return self.epoch_s(self.workers) / max(self.epoch_s(n, None if threads == self.threads else threads), 1e-12)
@@ -198,13 +201,15 @@ def shared_cores(facts: Facts, handoff_s: float) -> SharedCores | None:
     runnable = facts.step_cpu_s + facts.step_runq_s
     q = max(1.0, runnable / step_wall)
     if facts.torch_threads:
-        q = min(q, float(max(facts.torch_threads, 1)) + 0.5)  # the pool, plus the odd helper
+        # the pool: CPU beyond its threads is not the step's work (0.09 of a core on bench/pipelines.py's
+        # light pipeline, read as more threads it put the 1-thread step 7% below the measured)
+        q = min(q, float(max(facts.torch_threads, 1)))
     step_blocked = max(0.0, step_wall - runnable / q)
     k = 0.0
     if facts.num_workers > 0 and facts.cycle_s > 0:
         k = min(float(facts.num_workers), (load_cpu + load_runq) / facts.cycle_s)
-    others = _others_runnable(facts, cores, load_cpu, load_runq, k, q * min(1.0, step_wall / max(facts.cycle_s, 1e-9)))
-    stretch = max(1.0, (q + k + others) / cores) ** q
+    others = _others_runnable(facts, cores, load_cpu, load_runq)
+    stretch = share(q + k, others, cores) ** -q
     work = (step_wall - step_blocked) * q / stretch
     end = END_S
     if facts.num_workers > 0 and not facts.persistent_workers and facts.end_wait_s > 0:
@@ -256,24 +261,20 @@ def _speedup(q: float) -> float:
     return 1.0 / ((1.0 - PARALLEL_SHARE) + PARALLEL_SHARE / max(q, 1.0))
 
 
-def _others_runnable(facts: Facts, cores: float, load_cpu: float, load_runq: float, k: float, stepping: float) -> float:
-    """Other processes' runnable threads: their busy cores, stretched by the wait for a core our loading saw.
+def _others_runnable(facts: Facts, cores: float, load_cpu: float, load_runq: float) -> float:
+    """Other processes' runnable threads: the cores they kept busy, more where our lone loading thread says so.
 
-    Every runnable thread on a full machine gets the same share of a core: a
-    loading thread that ran c and waited r got c / (c + r) of one, so other
-    processes that got ``busy`` cores had about busy (c + r) / c threads
-    runnable. Where the wait is a real share of the run (SATURATED_WAIT), the
-    machine was full, and C (c + r) / c threads in all were runnable beside
-    ours: a 2 Hz busy figure understates others' demand on a loaded machine.
-    A wait of a few per cent says nothing of the kind: with the cores not
-    full, the waits are the scheduler's own latency, and reading them as a
-    full machine invented a busy thread on an idle one.
+    A busy thread of another process keeps a core to itself where it can
+    (NOTE [ Crowded cores ]), so the cores they were seen to use count their
+    threads. A 2 Hz sample understates them only on a machine they fill:
+    where the main thread, loading alone (no workers), waited a real share
+    of its CPU time for a core (SATURATED_WAIT), others had as many threads
+    runnable as leave it the share it got. A wait of a few per cent says
+    nothing of the kind (the scheduler's own latency: read as a full machine
+    it invented a busy thread on an idle one), and with workers the waits
+    are our own threads' crowding as much as anyone's.
     """
     busy = facts.background_cores
-    if load_cpu <= 0 or load_runq <= 0:
+    if facts.num_workers > 0 or load_cpu <= 0 or load_runq < SATURATED_WAIT * load_cpu:
         return busy
-    stretch = (load_cpu + load_runq) / load_cpu
-    if load_runq < SATURATED_WAIT * load_cpu:
-        return busy * stretch
-    ours = 1.0 if facts.num_workers == 0 else k + stepping
-    return max(busy * stretch, cores * stretch - ours)
+    return max(busy, background_for(1.0, load_cpu / (load_cpu + load_runq), cores))

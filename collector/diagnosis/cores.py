@@ -1,0 +1,48 @@
+"""How much of a core each of our runnable threads gets beside other processes' busy threads."""
+
+from __future__ import annotations
+
+import math
+
+
+def share(ours: float, background: float, cores: float) -> float:
+    """Each of our runnable threads' share of a core, with ``background`` threads of other processes runnable.
+
+    NOTE [ Crowded cores ]
+    Linux keeps a run queue per core and balances the queues by how many
+    threads they hold, not by what each thread gets: R runnable threads on C
+    cores leave some cores with floor(R / C) threads and the others with one
+    more. A busy process never sleeps, so it stays where it is; our threads
+    sleep and wake beside the thread that woke them (a worker hands the loop
+    its batch), so ours fill the crowded cores. On 2 cores beside one busy
+    process, 1 worker and a 1-thread step got 0.52, 0.64 and 0.54 of a core
+    each (bench/bench_predictions.py's light pipeline), where an even split
+    of 2 cores among 3 threads gives 0.67; without workers the loop had a
+    core to itself. Split evenly, those waits had read as about two busy
+    threads beside ours where there was one, and the model put the loop
+    without workers at 0.55-0.75 of the speed it then measured. With ours
+    alone on the machine this is the even split; the threads of another job
+    that sleeps and wakes as ours do would share more evenly than this.
+    """
+    total = ours + background
+    if total <= cores or ours <= 0:
+        return 1.0 if total <= cores else cores / total
+    per_core = math.floor(total / cores)
+    roomy = cores - (total - per_core * cores)  # cores holding per_core threads; the rest hold one more
+    on_roomy = min(background, roomy * per_core)
+    theirs = on_roomy / per_core + (background - on_roomy) / (per_core + 1)
+    return max(0.0, cores - theirs) / ours
+
+
+def background_for(ours: float, measured: float, cores: float) -> float:
+    """The fewest other processes' runnable threads that leave each of ours ``measured`` of a core (share's inverse)."""
+    if measured >= 1.0:
+        return 0.0
+    low, high = 0.0, cores / max(measured, 1e-6)
+    for _ in range(60):
+        mid = 0.5 * (low + high)
+        if share(ours, mid, cores) > measured:
+            low = mid
+        else:
+            high = mid
+    return high
