@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from collector.diagnosis.cores import background_for, share
+from collector.diagnosis.cores import background_for, background_using, share, their_cores
 from collector.diagnosis.sharing import SharedCores
 
 
@@ -45,6 +45,24 @@ def test_a_lone_thread_on_half_a_core_had_at_least_one_and_a_half_busy_threads_b
     """One keeps a core to itself, and at least half a thread's demand shares ours."""
     assert background_for(1.0, 0.5, 2.0) == pytest.approx(1.5)
     assert background_for(1.0, 1.0, 2.0) == 0.0
+
+
+def test_busy_processes_that_fit_beside_ours_are_the_cores_they_used():
+    assert background_using(1.0, 0.7, 2.0) == pytest.approx(0.7)
+    assert their_cores(1.0, 0.7, 2.0) == pytest.approx(0.7)
+
+
+def test_two_busy_processes_beside_our_three_threads_share_one_core_and_count_as_two():
+    """Measured beside 2 workers and a step on 2 cores: two busy processes got 0.76-1.0 of a core between them."""
+    assert their_cores(3.0, 2.0, 2.0) == pytest.approx(1.0)
+    assert background_using(3.0, 1.0, 2.0) == pytest.approx(2.0, abs=1e-6)
+    assert share(1.0, background_using(3.0, 1.0, 2.0), 2.0) == pytest.approx(0.5, abs=1e-6)  # the loop alone: half
+
+
+@pytest.mark.parametrize("ours", [1.0, 1.8, 3.0, 4.5])
+@pytest.mark.parametrize("busy", [0.2, 0.9, 1.3, 1.7])
+def test_the_threads_read_from_the_cores_they_used_get_those_cores_back(ours, busy):
+    assert their_cores(ours, background_using(ours, busy, 2.0), 2.0) == pytest.approx(busy, abs=1e-6)
 
 
 def test_beside_a_busy_process_one_worker_gains_nothing_over_none():

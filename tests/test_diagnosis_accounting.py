@@ -172,7 +172,9 @@ def test_with_every_core_busy_with_the_jobs_own_work_nothing_helps():
     assert max(busy.speedup(n) for n in range(9)) < 1.1
 
 
-def main_thread_loading(tmp_path: Path, cpu_s: float, runq_s: float, main_pct: float, host_pct: float):
+def main_thread_loading(
+    tmp_path: Path, cpu_s: float, runq_s: float, main_pct: float, host_pct: float, threads: int = 1
+):
     """(facts, sharing model) of a run whose main thread loads every batch: ``cpu_s`` of CPU, ``runq_s`` waiting."""
     from collector.diagnosis.sharing import shared_cores
 
@@ -184,7 +186,7 @@ def main_thread_loading(tmp_path: Path, cpu_s: float, runq_s: float, main_pct: f
         main_cpu_pct=main_pct,
         main_runq_cores=runq_s / 0.030,
         host_cpu_pct=host_pct,
-        torch_threads=1,
+        torch_threads=threads,
     )
     path = str(tmp_path / "run.sqlite")
     write_synthetic(path, spec)
@@ -206,23 +208,12 @@ def test_other_processes_threads_are_read_from_our_own_waits_for_a_core(tmp_path
 
 def test_a_steps_cpu_beyond_its_intra_op_pool_is_not_read_as_more_threads(tmp_path):
     """A 10 ms step on torch's 2 threads whose process burned 2.3 cores meanwhile still runs on 2 threads."""
-    from collector.diagnosis.sharing import _speedup, shared_cores
+    from collector.diagnosis.sharing import _speedup
 
-    spec = Synthetic(
-        wait_s=np.full(N, 0.030),
-        step_s=0.010,
-        load_cpu_s=np.full(N, 0.030),
-        load_runq_s=np.full(N, 0.0),
-        main_cpu_pct=100.0 * (0.030 + 0.023) / 0.040,
-        main_runq_cores=0.0,
-        host_cpu_pct=100.0 * (0.030 + 0.023) / 0.040 / 2,  # our process alone on the 2 cores
-        torch_threads=2,
+    main_pct = 100.0 * (0.030 + 0.023) / 0.040
+    facts, model = main_thread_loading(
+        tmp_path, cpu_s=0.030, runq_s=0.0, main_pct=main_pct, host_pct=main_pct / 2, threads=2
     )
-    path = str(tmp_path / "run.sqlite")
-    write_synthetic(path, spec)
-    facts = measure(load_run(path))
-    model = shared_cores(facts, 0.001)
-    assert model is not None
     assert facts.step_cpu_s / facts.step_mean_s == pytest.approx(2.3, rel=0.02)
     assert model.step_threads == 2.0
     assert model.step_alone_s(1.0) == pytest.approx(facts.step_mean_s * _speedup(2.0), rel=0.01)

@@ -7,7 +7,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from collector.diagnosis.cores import background_for, share
+from collector.diagnosis.cores import background_for, background_using, share
 from collector.diagnosis.fresh import Epoch
 from collector.diagnosis.model import SPARE_CPU_WORKERS, SURPLUS
 from collector.diagnosis.stats import Facts
@@ -208,7 +208,8 @@ def shared_cores(facts: Facts, handoff_s: float) -> SharedCores | None:
     k = 0.0
     if facts.num_workers > 0 and facts.cycle_s > 0:
         k = min(float(facts.num_workers), (load_cpu + load_runq) / facts.cycle_s)
-    others = _others_runnable(facts, cores, load_cpu, load_runq)
+    ours = 1.0 if facts.num_workers == 0 else k + q * min(1.0, step_wall / max(facts.cycle_s, 1e-9))
+    others = _others_runnable(facts, cores, load_cpu, load_runq, ours)
     stretch = share(q + k, others, cores) ** -q
     work = (step_wall - step_blocked) * q / stretch
     end = END_S
@@ -261,20 +262,22 @@ def _speedup(q: float) -> float:
     return 1.0 / ((1.0 - PARALLEL_SHARE) + PARALLEL_SHARE / max(q, 1.0))
 
 
-def _others_runnable(facts: Facts, cores: float, load_cpu: float, load_runq: float) -> float:
-    """Other processes' runnable threads: the cores they kept busy, more where our lone loading thread says so.
+def _others_runnable(facts: Facts, cores: float, load_cpu: float, load_runq: float, ours: float) -> float:
+    """Other processes' runnable threads: as many as get the cores they were seen to use beside our ``ours``.
 
     A busy thread of another process keeps a core to itself where it can
-    (NOTE [ Crowded cores ]), so the cores they were seen to use count their
-    threads. A 2 Hz sample understates them only on a machine they fill:
-    where the main thread, loading alone (no workers), waited a real share
-    of its CPU time for a core (SATURATED_WAIT), others had as many threads
-    runnable as leave it the share it got. A wait of a few per cent says
-    nothing of the kind (the scheduler's own latency: read as a full machine
-    it invented a busy thread on an idle one), and with workers the waits
-    are our own threads' crowding as much as anyone's.
+    (NOTE [ Crowded cores ]), so up to the cores ours leave free, the cores
+    they used count their threads; beyond, theirs share cores too: beside
+    2 workers and a step on 2 cores, two busy processes got 0.76-1.0 of a
+    core between them, which an even split reads as one thread. A 2 Hz
+    sample understates them further on a machine they fill: where the main
+    thread, loading alone (no workers), waited a real share of its CPU time
+    for a core (SATURATED_WAIT), others had as many threads runnable as leave
+    it the share it got. A wait of a few per cent says nothing of the kind
+    (the scheduler's own latency: read as a full machine it invented a busy
+    thread on an idle one).
     """
-    busy = facts.background_cores
+    seen = background_using(ours, facts.background_cores, cores)
     if facts.num_workers > 0 or load_cpu <= 0 or load_runq < SATURATED_WAIT * load_cpu:
-        return busy
-    return max(busy, background_for(1.0, load_cpu / (load_cpu + load_runq), cores))
+        return seen
+    return max(seen, background_for(1.0, load_cpu / (load_cpu + load_runq), cores))
