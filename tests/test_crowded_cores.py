@@ -91,3 +91,26 @@ def test_beside_a_busy_process_one_worker_gains_nothing_over_none():
     assert model.cycle(0) == pytest.approx(0.220)  # the loop keeps a core to itself
     assert model.cycle(1) == pytest.approx(0.220, rel=0.02)
     assert model.speedup(1) == pytest.approx(1.0, abs=0.02)
+
+
+def test_cpu_bound_loading_gets_no_headroom_from_more_workers_than_cores():
+    """Two workers just keep up on 2 cores; a third would only share the same cores (measured 0.85x on the light
+    pipeline, where the model gave 3 workers 1.12x and 2 workers 1.19x)."""
+    model = SharedCores(
+        cores=2.0,
+        background=0.0,
+        step_work_s=0.100,
+        step_threads=1.0,
+        step_blocked_s=0.0,
+        handoff_s=0.001,
+        load_cpu_s=0.190,
+        load_blocked_s=0.002,
+        epoch_batches=1000,
+        start_s=0.0,
+        end_s=0.0,
+        persistent=True,
+        workers=0,
+        threads=1,
+    )
+    assert model.headroom(2, 1) < 1.15 <= model.headroom(3, 1)
+    assert model.best(8) == (2, 1)
