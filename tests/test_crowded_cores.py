@@ -10,6 +10,27 @@ from collector.diagnosis.cores import background_for, background_using, share, t
 from collector.diagnosis.sharing import SharedCores
 
 
+def two_cores(**kw: float | int | bool) -> SharedCores:
+    """A model of a 1-thread step and CPU-bound loading on 2 cores, persistent workers, recorded without workers."""
+    base: dict = dict(
+        cores=2.0,
+        background=0.0,
+        step_work_s=0.120,
+        step_threads=1.0,
+        step_blocked_s=0.0,
+        handoff_s=0.0,
+        load_cpu_s=0.100,
+        load_blocked_s=0.0,
+        epoch_batches=1000,
+        start_s=0.0,
+        end_s=0.0,
+        persistent=True,
+        workers=0,
+        threads=1,
+    )
+    return SharedCores(**{**base, **kw})
+
+
 def test_our_threads_alone_split_the_cores_evenly():
     assert share(3.0, 0.0, 2.0) == pytest.approx(2 / 3)
     assert share(2.0, 0.0, 2.0) == 1.0
@@ -71,23 +92,7 @@ def test_beside_a_busy_process_one_worker_gains_nothing_over_none():
     An even split (2 cores among 2.8 runnable threads) would promise 1.3x; bench/bench_predictions.py's light
     pipeline measured 0.79x for that change.
     """
-    model = SharedCores(
-        cores=2.0,
-        background=1.0,
-        step_work_s=0.120,
-        step_threads=1.0,
-        step_blocked_s=0.0,
-        handoff_s=0.0,
-        load_cpu_s=0.100,
-        load_blocked_s=0.0,
-        epoch_batches=1000,
-        start_s=0.0,
-        end_s=0.0,
-        persistent=True,
-        workers=0,
-        threads=1,
-        others_busy=1.0,
-    )
+    model = two_cores(background=1.0, others_busy=1.0)
     assert model.cycle(0) == pytest.approx(0.220)  # the loop keeps a core to itself
     assert model.cycle(1) == pytest.approx(0.220, rel=0.02)
     assert model.speedup(1) == pytest.approx(1.0, abs=0.02)
@@ -96,21 +101,6 @@ def test_beside_a_busy_process_one_worker_gains_nothing_over_none():
 def test_cpu_bound_loading_gets_no_headroom_from_more_workers_than_cores():
     """Two workers just keep up on 2 cores; a third would only share the same cores (measured 0.85x on the light
     pipeline, where the model gave 3 workers 1.12x and 2 workers 1.19x)."""
-    model = SharedCores(
-        cores=2.0,
-        background=0.0,
-        step_work_s=0.100,
-        step_threads=1.0,
-        step_blocked_s=0.0,
-        handoff_s=0.001,
-        load_cpu_s=0.190,
-        load_blocked_s=0.002,
-        epoch_batches=1000,
-        start_s=0.0,
-        end_s=0.0,
-        persistent=True,
-        workers=0,
-        threads=1,
-    )
+    model = two_cores(step_work_s=0.100, handoff_s=0.001, load_cpu_s=0.190, load_blocked_s=0.002)
     assert model.headroom(2, 1) < 1.15 <= model.headroom(3, 1)
     assert model.best(8) == (2, 1)
