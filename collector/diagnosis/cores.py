@@ -69,11 +69,4 @@ def background_for(ours: float, measured: float, cores: float) -> float:
     """The fewest other processes' runnable threads that leave each of ours ``measured`` of a core (share's inverse)."""
     if measured >= 1.0:
         return 0.0
-    low, high = 0.0, cores / max(measured, 1e-6)
-    for _ in range(60):
-        mid = 0.5 * (low + high)
-        if share(ours, mid, cores) > measured:
-            low = mid
-        else:
-            high = mid
-    return high
+    return background_using(ours, cores - measured * ours, cores)  # share is what their cores leave to ours
