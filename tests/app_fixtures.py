@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sqlite3
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,6 +16,7 @@ from helpers import REPO
 from streamlit.testing.v1 import AppTest
 
 from collector.cli.demo import run_demo
+from collector.record.monitor import HEARTBEAT_INTERVAL_S
 from collector.store.connection import Store
 
 APP = str(REPO / "app" / "streamlit_app.py")
@@ -110,8 +114,21 @@ def live_db(tmp_path: Path) -> Iterator[str]:
         run_update={"heartbeat_at": now},
         run_id=run_id,
     )
+    # Beats like a live writer, so a slow first render on a busy machine never reads it as stale.
+    stop = threading.Event()
+    beat = threading.Thread(target=_beat, args=(path, run_id, stop), daemon=True)
+    beat.start()
     yield path
+    stop.set()
+    beat.join()
     store.close()
+
+
+def _beat(path: str, run_id: int, stop: threading.Event) -> None:
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        while not stop.wait(HEARTBEAT_INTERVAL_S):
+            with db:
+                db.execute("UPDATE runs SET heartbeat_at = ? WHERE id = ?", (time.time(), run_id))
 
 
 JOB_ID = "ddp-job-7"

@@ -25,6 +25,7 @@ import pytest
 from helpers import query, wait_until
 
 import collector
+from collector.writer import channel, spawn
 from collector.writer.spawn import CHILD_NICE
 from collector.writer.supervisor import MAX_RESTARTS
 
@@ -282,7 +283,9 @@ def test_a_disk_full_at_close_is_retried_and_the_end_written_once_space_returns(
 # NOTE [ One writer a process ] in collector/writer/channel.py: the runs of one process share a writer.
 
 
-def test_the_loaders_of_one_process_share_one_writer_which_ends_with_the_last_of_them(db_path):
+def test_the_loaders_of_one_process_share_one_writer_which_ends_with_the_last_of_them(db_path, monkeypatch):
+    raised: list[int] = []  # whose priority the closes gave back (root in CI: allowed)
+    monkeypatch.setattr(channel, "raise_to_ours", lambda pid: raised.append(pid) or spawn.raise_to_ours(pid))
     train, val = Recording(db_path, name="train"), Recording(db_path, name="val")
     train.take(300)
     val.take(100)
@@ -293,9 +296,11 @@ def test_the_loaders_of_one_process_share_one_writer_which_ends_with_the_last_of
     assert os.getsid(writer.pid) == os.getsid(0) and os.getpgid(writer.pid) == writer.pid != os.getpgid(0)
     train.close()
     assert [p.pid for p in writers_alive()] == [val.writer_pid], "the writer stays while a run is on it"
+    assert raised == [] and writer.nice() == min(19, os.nice(0) + CHILD_NICE), "and polite"
     val.take(100)
     val.close()
     assert wait_until(lambda: writers_alive() == [], timeout_s=5)
+    assert raised == [writer.pid]  # the last close is waited on: the end is written at the job's priority
     for rec, name in ((train, "train"), (val, "val")):
         got = accounts(db_path, name)
         assert got["status"] == "completed" and got["rows"] == rec.iterated and got["dropped_records"] == 0

@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 import os
+import select
 import signal
 import time
 
+import psutil
+import pytest
+from helpers import wait_until
+
 from collector.cli.verdict_helper import VerdictHelper
-from collector.writer.spawn import end_child, forget_in_forks, start_child
+from collector.sample.sampler import Rates
+from collector.writer import process as writer_process
+from collector.writer.frames import Open, RunStart
+from collector.writer.process import STARVED_LIMIT_S, STUCK_AFTER_S, WriterProcess
+from collector.writer.spawn import CHILD_NICE, end_child, forget_in_forks, raise_to_ours, start_child, waiting_for_cpu
 
 READS_TO_THE_END = "import sys; sys.stdin.buffer.read()"
+# Two threads: one spins until its input ends, the other reads it.
+SPINS = "import sys, threading; t = threading.Thread(target=sys.stdin.buffer.read); t.start()\nwhile t.is_alive(): pass"
 
 
 class Child:
@@ -89,3 +100,70 @@ def test_end_child_kills_and_reaps_and_says_how_it_ended():
     assert end_child(pid) == -1  # already reaped: gone all the same
     os.close(stdin)
     os.close(stdout)
+
+
+def thread_nices(pid: int) -> list[int]:
+    """The nice value of each thread of ``pid``: field 19 of its /proc stat."""
+    nices = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/stat", "rb") as stat:
+            nices.append(int(stat.read().rsplit(b")", 1)[1].split()[16]))
+    return nices
+
+
+def test_a_child_is_waiting_for_cpu_while_it_spins_not_while_it_sleeps_or_is_stopped():
+    sleeper, spinner = start_child(READS_TO_THE_END), start_child(SPINS)
+    try:
+        assert wait_until(lambda: waiting_for_cpu(sleeper[0]) is False)  # booted, then blocked on its input
+        assert not any(waiting_for_cpu(sleeper[0]) for _ in range(20))  # silence there would be a hang
+        assert wait_until(lambda: len(thread_nices(spinner[0])) == 2)
+        assert all(waiting_for_cpu(spinner[0]) for _ in range(20))  # runnable: silence there is a starved machine
+        os.kill(spinner[0], signal.SIGSTOP)
+        assert wait_until(lambda: waiting_for_cpu(spinner[0]) is False)  # stopped: not starved
+    finally:
+        for pid, stdin, stdout in (sleeper, spinner):
+            end_child(pid)
+            os.close(stdin)
+            os.close(stdout)
+    assert waiting_for_cpu(spinner[0]) is None  # gone: nothing to say
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="raising a priority back needs root (CI runs as root)")
+def test_raise_to_ours_gives_every_thread_of_a_polite_child_our_priority_back():
+    pid, stdin, stdout = start_child(SPINS)
+    try:
+        ours = os.getpriority(os.PRIO_PROCESS, 0)
+        assert wait_until(lambda: len(thread_nices(pid)) == 2)
+        assert thread_nices(pid) == [min(19, ours + CHILD_NICE)] * 2  # a thread started later inherits the nice
+        assert raise_to_ours(pid)
+        assert thread_nices(pid) == [ours, ours]
+    finally:
+        os.close(stdin)
+        end_child(pid)
+        os.close(stdout)
+
+
+def test_a_silent_writer_is_stuck_unless_it_waits_for_a_core_and_then_only_up_to_the_limit(tmp_path, monkeypatch):
+    writer = WriterProcess()
+    runnable: list[bool] = [False]
+    monkeypatch.setattr(writer_process, "waiting_for_cpu", lambda pid: runnable[-1])
+    try:
+        start = RunStart("silent", {}, {}, {}, "host", 1, "cmd", None, None)
+        writer.open_channel(Open(str(tmp_path / "w.sqlite"), start, 0.0, 0, Rates(0, 0)))
+        assert wait_until(lambda: writer.read() or writer.answered)
+        assert wait_until(lambda: select.select([writer.replies_fd], [], [], 0)[0])  # its next ping, unread
+        writer.heard_at = time.monotonic() - STUCK_AFTER_S - 0.5
+        assert writer.health() == "ok"  # what waits in the pipe is read before silence is judged
+        os.kill(writer.pid, signal.SIGSTOP)  # no ping from now on
+        assert wait_until(lambda: psutil.Process(writer.pid).status() == psutil.STATUS_STOPPED)
+        writer.read()
+        for silent_s, is_runnable, health in [
+            (STUCK_AFTER_S + 0.5, False, "stuck"),
+            (STUCK_AFTER_S + 0.5, True, "ok"),  # starved by a full machine: waited for
+            (STARVED_LIMIT_S + 1.0, True, "stuck"),
+        ]:
+            runnable.append(is_runnable)
+            writer.heard_at = time.monotonic() - silent_s
+            assert writer.health() == health, (silent_s, is_runnable)
+    finally:
+        writer.kill()

@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from typing import TextIO
 
-from collector.writer.spawn import end_child, forget_in_forks, start_child
+from collector.writer.spawn import end_child, forget_in_forks, raise_to_ours, start_child
 
 # NOTE [ Verdict beside the job ]
 # The verdict printed when a script ends (``collector run``) needs pandas and
@@ -80,11 +80,7 @@ class VerdictHelper:
     def _raise_priority(self) -> bool:
         """The job's own priority for the answer, where the user may raise it back (root, CAP_SYS_NICE, RLIMIT_NICE)."""
         assert self.pid is not None
-        try:
-            os.setpriority(os.PRIO_PROCESS, self.pid, os.getpriority(os.PRIO_PROCESS, 0))
-        except OSError:
-            return False
-        return True
+        return raise_to_ours(self.pid)
 
     def _until_ready(self, deadline: float) -> bool:
         while not self._buffer.startswith(READY):

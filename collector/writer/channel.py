@@ -8,7 +8,7 @@ import time
 
 from collector.writer.frames import Closed, Flush, Open, Reply, Warned
 from collector.writer.process import WriterProcess
-from collector.writer.spawn import at_fork_in_child
+from collector.writer.spawn import at_fork_in_child, raise_to_ours
 
 # NOTE [ One writer a process ]
 # A training process often iterates several loaders (train and val, a
@@ -127,6 +127,8 @@ class ProcessLink:
         process = self.process
         deadline = time.monotonic() + timeout_s
         last = process.end_channel(self.channel)
+        if last:  # the end is urgent now, the loop waits on it: NOTE [ A polite writer ] in spawn.py
+            raise_to_ours(process.pid)
         out = self._until_closed(deadline)
         done = any(isinstance(r, Closed) for r in out)
         out = [r for r in out if not isinstance(r, Closed)]

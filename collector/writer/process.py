@@ -19,7 +19,7 @@ from collector.writer.frames import (
     encode_message,
 )
 from collector.writer.pipe import READ_BYTES, FrameBuffer
-from collector.writer.spawn import end_child, forget_in_forks, start_child
+from collector.writer.spawn import end_child, forget_in_forks, start_child, waiting_for_cpu
 
 PIPE_BYTES = READ_BYTES  # one flush of a 100k batches/s loop, so the monitor rarely waits
 F_SETPIPE_SZ = 1031  # Linux; elsewhere the default pipe size only means more round trips
@@ -31,16 +31,23 @@ BOOT_CODE = "from collector.writer.child import main; main()"
 # The writer answers the frames it writes and, from a thread of its own, says
 # it is alive whenever it said nothing else for PING_INTERVAL_S, also while
 # SQLite waits on a lock.
-# So silence means it is stopped (SIGSTOP), hung or gone: ``health`` reads
-# "dead" once the process has exited and "stuck" after STUCK_AFTER_S without
-# a word (STARTUP_GRACE_S for the first), and the monitor then replaces it
-# (collector/writer/supervisor.py). Frames are written without blocking: a
+# So silence means it is stopped (SIGSTOP), hung, gone or starved: ``health``
+# reads "dead" once the process has exited and "stuck" after STUCK_AFTER_S
+# without a word (STARTUP_GRACE_S for the first), and the monitor then
+# replaces it (collector/writer/supervisor.py). Starved is not stuck: at nice
+# +10 beside a job and other busy processes that fill every core, the writer
+# can wait over a second for a core (12 spinning processes on 2 cores: 1.3 s
+# silent while it wrote a run's end, and it was killed with that end). So a
+# silent writer with a runnable thread (``waiting_for_cpu``: Linux's /proc)
+# is waited for, up to STARVED_LIMIT_S; what is still in the pipe is read
+# before silence is judged. Frames are written without blocking: a
 # writer that reads nothing fills the pipe, and what does not fit waits in
 # ``_out`` (at most MAX_BACKLOG_BYTES; beyond that ``send`` refuses the
 # frame, whose records the monitor counts), so the monitor thread never
 # waits on it either.
 STUCK_AFTER_S = 1.0
 STARTUP_GRACE_S = 10.0
+STARVED_LIMIT_S = 30.0
 MAX_BACKLOG_BYTES = 16 << 20
 
 
@@ -151,10 +158,13 @@ class WriterProcess:
         """ "ok", "dead" (the process exited) or "stuck" (silent too long). See NOTE [ Writer health ]."""
         if self.poll() is not None:
             return "dead"
+        self.read()
         silent_s = time.monotonic() - self.heard_at
-        if silent_s > (STUCK_AFTER_S if self.answered else STARTUP_GRACE_S):
-            return "stuck"
-        return "ok"
+        if silent_s <= (STUCK_AFTER_S if self.answered else STARTUP_GRACE_S):
+            return "ok"
+        if silent_s <= STARVED_LIMIT_S and waiting_for_cpu(self.pid):
+            return "ok"
+        return "stuck"
 
     def poll(self) -> int | None:
         """The exit status once the child has ended (negative: the signal that ended it)."""
