@@ -5,8 +5,10 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import sqlite3
 import time
 from types import SimpleNamespace
+from typing import Any
 
 import psutil
 import pytest
@@ -129,10 +131,23 @@ def test_access_denied_on_processes_nulls_their_fields(collector_warnings):
     assert warned.count("psutil-access") == 2
 
 
-def test_host_and_process_samples_are_recorded(db_path):
-    loader = DataLoader(SlowDataset(40, sleep_s=0.02), batch_size=2, num_workers=2)
-    with collector.watch(loader, db=db_path, gpu_hz=0, host_hz=20) as watched:
+def epochs_until_sampled(watched: Any, db_path: str, samples: int = 3, timeout_s: float = 60.0) -> None:
+    """Epochs until the file holds ``samples`` host samples: on a busy machine the polite writer boots and samples late."""
+    deadline = time.monotonic() + timeout_s
+    while True:
         list(watched)
+        try:
+            if query(db_path, "SELECT COUNT(*) FROM host_samples")[0][0] >= samples:
+                return
+        except sqlite3.OperationalError:  # no table yet: the writer has not created the file
+            pass
+        assert time.monotonic() < deadline, f"fewer than {samples} host samples in {timeout_s:g} s"
+
+
+def test_host_and_process_samples_are_recorded(db_path):
+    loader = DataLoader(SlowDataset(40, sleep_s=0.02), batch_size=2, num_workers=2, persistent_workers=True)
+    with collector.watch(loader, db=db_path, gpu_hz=0, host_hz=20) as watched:
+        epochs_until_sampled(watched, db_path)
         run_id = watched.run_id
     reader = Reader(db_path)
     host = reader.host_samples(run_id)
@@ -149,9 +164,9 @@ def test_the_writer_process_samples_the_host_not_the_training_process(db_path, m
         raise AssertionError("host sampled inside the training process")
 
     monkeypatch.setattr(HostSampler, "host", not_here)  # this process only: the writer has its own
-    loader = DataLoader(SlowDataset(20, sleep_s=0.02), batch_size=2, num_workers=1)
+    loader = DataLoader(SlowDataset(20, sleep_s=0.02), batch_size=2, num_workers=1, persistent_workers=True)
     with collector.watch(loader, db=db_path, gpu_hz=0, host_hz=20) as watched:
-        list(watched)
+        epochs_until_sampled(watched, db_path)
     (workers,) = query(db_path, "SELECT worker_pids FROM epochs")[0]
     assert len(query(db_path, "SELECT * FROM host_samples")) >= 3
     assert {pid for (pid,) in query(db_path, "SELECT DISTINCT pid FROM proc_samples")} == {
