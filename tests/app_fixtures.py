@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from helpers import REPO
+from helpers import REPO, writers_done
 from streamlit.testing.v1 import AppTest
 
 from collector.cli.demo import run_demo
@@ -31,6 +31,7 @@ def recorded_db(tmp_path_factory: pytest.TempPathFactory) -> str:
     # A batch budget, not only a time one: a busy machine must not leave a run too short to diagnose.
     run_demo(path, 30.0, "starved", max_batches=RECORD_BATCHES)
     run_demo(path, 30.0, "healthy", max_batches=RECORD_BATCHES)
+    writers_done()  # the copies and digests below must see the finished file
     return path
 
 
@@ -61,6 +62,7 @@ def odd_runs_db(tmp_path_factory: pytest.TempPathFactory) -> str:
             time.sleep(0.002)
             if i == 20:
                 raise RuntimeError("CUDA out of memory (test)")
+    writers_done()
     store = Store(path)
     try:
         long_ago = time.time() - 3600

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import sqlite3
@@ -9,6 +10,8 @@ import time
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import psutil
 
 from collector.errors import CollectorWarning
 
@@ -92,3 +95,18 @@ def texts(at: AppTest) -> str:
         parts += [str(e.value) for e in getattr(at, kind)]
     parts += [f"{m.label} {m.value}" for m in at.metric]
     return "\n".join(parts)
+
+
+def writers_alive() -> list[psutil.Process]:
+    """Writer processes of this test process that have not exited (an exited one not yet reaped is not alive)."""
+    alive = []
+    for p in psutil.Process().children():
+        with contextlib.suppress(psutil.ZombieProcess, psutil.NoSuchProcess):
+            if "collector.writer.child" in " ".join(p.cmdline()) and p.status() != psutil.STATUS_ZOMBIE:
+                alive.append(p)
+    return alive
+
+
+def writers_done(timeout_s: float = 60.0) -> None:
+    """Wait for our writers to exit: on a full machine one may finish a run's end after close() returned."""
+    assert wait_until(lambda: writers_alive() == [], timeout_s=timeout_s), "a writer process did not finish"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import file_digest, make_bad_file, texts
+from helpers import file_digest, make_bad_file, texts, writers_done
 from streamlit.testing.v1 import AppTest
 
 from app import state
@@ -295,6 +295,7 @@ def test_runs_with_and_without_collector_warnings_open(app_for: AppFor, tmp_path
     with collector.watch(list(range(5)), db=path, run="with-warnings") as watched:
         for _ in watched:
             pass
+    writers_done()
     store = Store(path)
     store.create_run(
         "no-warnings", config={}, host={}, versions={}, hostname="h", pid=1, command="c", rank=None, world_size=None

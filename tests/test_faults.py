@@ -22,7 +22,7 @@ from typing import Any
 
 import psutil
 import pytest
-from helpers import query, wait_until
+from helpers import query, wait_until, writers_alive
 
 import collector
 from collector.writer import channel, spawn
@@ -94,16 +94,6 @@ def accounts(db: str, name: str = "faulty") -> dict[str, Any]:
 def assert_every_loss_counted(rec: Recording, got: dict[str, Any]) -> None:
     assert got["rows"] + got["dropped_records"] == rec.iterated
     assert got["sample_rows"] + got["dropped_samples"] == rec.samples_taken()
-
-
-def writers_alive() -> list[psutil.Process]:
-    """Writer processes of this test process that have not exited (an exited one not yet reaped is not alive)."""
-    alive = []
-    for p in psutil.Process().children():
-        with contextlib.suppress(psutil.ZombieProcess, psutil.NoSuchProcess):
-            if "collector.writer.child" in " ".join(p.cmdline()) and p.status() != psutil.STATUS_ZOMBIE:
-                alive.append(p)
-    return alive
 
 
 def test_a_killed_writer_is_replaced_at_once_and_every_batch_is_stored_or_counted(db_path):
