@@ -1,4 +1,4 @@
-"""Collector overhead, memory and writer throughput; prints ratios (see README "Performance").
+"""Collector overhead, memory and writer throughput; prints ratios (see docs/performance.md).
 
 usage: python bench/bench_collector.py [--quick] [--only overhead|memory|writer]
 

@@ -40,7 +40,7 @@ HOG = "while True: pass"
 def child(args: argparse.Namespace) -> None:
     """One training process: prints its train-epoch times and its own meter of time blocked in the train loader."""
     import torch
-    from pipelines import JpegFolder, SmallCNN
+    from pipelines import NETS, PIPELINES, JpegFolder
     from torch.utils.data import DataLoader
 
     import collector
@@ -48,14 +48,16 @@ def child(args: argparse.Namespace) -> None:
     torch.manual_seed(0)
     if args.threads:
         torch.set_num_threads(args.threads)
-    data = JpegFolder(args.data, args.transform)
+    net, transform = PIPELINES[args.transform]
+    data = JpegFolder(args.data, transform)
     n_val = len(data) // 5
     train_set, val_set = torch.utils.data.random_split(data, [len(data) - n_val, n_val])
-    train = DataLoader(train_set, batch_size=32, shuffle=True, num_workers=args.child)
-    val = DataLoader(val_set, batch_size=32, num_workers=args.child)
+    persistent = bool(args.persistent and args.child)
+    train = DataLoader(train_set, batch_size=32, shuffle=True, num_workers=args.child, persistent_workers=persistent)
+    val = DataLoader(val_set, batch_size=32, num_workers=args.child, persistent_workers=persistent)
     watched_train = collector.watch(train, db=args.db, run=args.run, gpu_hz=0)
     watched_val = collector.watch(val, db=args.db, run=args.run + "-val", gpu_hz=0)
-    model = SmallCNN()
+    model = NETS[net]()
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
     epoch_s, wait_s = [], []
@@ -89,10 +91,19 @@ def child(args: argparse.Namespace) -> None:
 
 
 def run_one(
-    data: str, transform: str, workers: int, epochs: int, db: str, run: str, threads: int = 0
+    data: str,
+    pipeline: str,
+    workers: int,
+    epochs: int,
+    db: str,
+    run: str,
+    threads: int = 0,
+    persistent: bool = False,
 ) -> dict[str, list[float]]:
-    cmd = [sys.executable, __file__, "--child", str(workers), "--data", data, "--transform", transform]
+    """One training process of ``pipeline`` (bench/pipelines.py's PIPELINES): its train-epoch times and waits."""
+    cmd = [sys.executable, __file__, "--child", str(workers), "--data", data, "--transform", pipeline]
     cmd += ["--epochs", str(epochs), "--db", db, "--run", run, "--threads", str(threads)]
+    cmd += ["--persistent"] if persistent else []
     out = subprocess.run(
         cmd, capture_output=True, text=True, check=True, env={**os.environ, "PYTHONWARNINGS": "ignore"}
     )
@@ -110,7 +121,9 @@ def main() -> None:
     parser.add_argument("--light-epochs", type=int, default=12, help="epochs a run for the light transform")
     parser.add_argument("--images", type=int, default=320)
     parser.add_argument("--conditions", default="idle,hog")
-    parser.add_argument("--transforms", default="light,heavy")
+    parser.add_argument(
+        "--transforms", default="light,heavy", help="pipelines: light, heavy, course-light, course-heavy"
+    )
     parser.add_argument("--workers", default="0,1,2,3")
     parser.add_argument("--baselines", default="0,2", help="settings whose runs are diagnosed")
     parser.add_argument("--hog-procs", type=int, default=1)
@@ -120,6 +133,7 @@ def main() -> None:
     parser.add_argument("--db", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--run", default="train", help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--persistent", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:
         child(args)
@@ -149,7 +163,7 @@ def main() -> None:
                 order = order[rnd % len(order) :] + order[: rnd % len(order)]
                 for transform, workers in order:
                     db = os.path.join(workdir, f"{condition}-{transform}-{workers}-{rnd}.sqlite")
-                    epochs = args.light_epochs if transform == "light" else args.epochs
+                    epochs = args.light_epochs if transform.endswith("light") else args.epochs
                     out = run_one(data, transform, workers, epochs, db, "train")
                     times.setdefault((transform, workers), []).append(steady(out["epoch_s"]))
                     loads.append(os.getloadavg()[0])

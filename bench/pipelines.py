@@ -112,3 +112,40 @@ class SmallCNN(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.features(x).flatten(1))
+
+
+class CourseCNN(nn.Module):
+    """A course's classifier: four 3x3 convolutions of 10 channels and a linear head (about 30k parameters).
+
+    Its step is short (tens of ms a batch of 32 on two cores), so workers and intra-op threads that share
+    the cores with it change its speed more than its loading's: the class a held-out program showed.
+    """
+
+    def __init__(self, classes: int = 10, width: int = 10) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, width, 3, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(width, width, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(width, width, 3, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(width, width, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+        )
+        self.head = nn.Linear(width * (INPUT_PX // 4) ** 2, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x).flatten(1))
+
+
+NETS: dict[str, type[nn.Module]] = {"small": SmallCNN, "course": CourseCNN}
+# pipeline -> (network, transform): the bench's own CNN, and a course's smaller one with a short step
+PIPELINES = {
+    "light": ("small", "light"),
+    "heavy": ("small", "heavy"),
+    "course-light": ("course", "light"),
+    "course-heavy": ("course", "heavy"),
+}

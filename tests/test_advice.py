@@ -135,6 +135,7 @@ def test_shuffle_is_suggested_only_where_the_loader_can_take_it(
 @pytest.mark.parametrize(
     "case", ["io-bound workers, too few", "bursts empty a shallow queue", "workers restart every epoch"]
 )
+@pytest.mark.slow
 def test_hugging_face_runs_get_training_arguments_that_construct(tmp_path: Path, case: str) -> None:
     dataset, kwargs, config = recorded("default sampler", case)
     line = advise(tmp_path, case, config, "train", "hf").code_change()

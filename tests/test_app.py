@@ -33,6 +33,7 @@ def assert_clean(at: AppTest) -> None:
     assert not at.exception, [e.value for e in at.exception]
 
 
+@pytest.mark.slow
 def test_run_view_shows_the_newest_run_with_verdict_headline_and_charts(app_for: AppFor, recorded_db: str) -> None:
     at = app_for(recorded_db)
     assert_clean(at)
@@ -260,6 +261,7 @@ def test_new_run_in_an_open_file_reruns_the_page_onto_it(app_for: AppFor, tmp_pa
     assert [t.value for t in at.title] == ["late-run"]
 
 
+@pytest.mark.slow
 def test_demo_button_records_a_real_run_and_shows_it(
     app_for: AppFor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

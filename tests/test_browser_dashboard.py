@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import site
 import sqlite3
 import subprocess
 import sys
@@ -63,9 +64,28 @@ def _first_batch_seen(db: Path, timeout_s: float) -> float:
     pytest.fail(f"no batch in {db} after {timeout_s:g} s")
 
 
+def _see_this_environment(venv: Path, env: dict[str, str]) -> None:
+    """Let ``venv`` import what the running interpreter can (torch, psutil, streamlit), in a virtualenv too.
+
+    ``--system-site-packages`` reaches only the base interpreter's packages: run from inside a
+    virtualenv, the new venv would lack everything installed there. A ``.pth`` line adds each of
+    this interpreter's site directories after the venv's own, so the wheel installed into the venv
+    still comes first, and no ``.pth`` of those directories runs (an editable install of this clone
+    stays out of sight).
+    """
+    site_dir = subprocess.run(
+        [venv / "bin" / "python", "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    ).stdout.strip()
+    Path(site_dir, "_this_environment.pth").write_text("".join(f"{path}\n" for path in site.getsitepackages()))
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh venv (system site-packages, for torch) with stallwatch installed from a wheel built from this tree."""
+    """A fresh venv (seeing this environment's packages, for torch) with stallwatch installed from a wheel built from this tree."""
     root = tmp_path_factory.mktemp("wheel")
     files = subprocess.run(
         ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
@@ -85,6 +105,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, env=env)
+    _see_this_environment(venv, env)
     (wheel,) = (root / "dist").glob("stallwatch-*.whl")
     subprocess.run(
         [venv / "bin" / "python", "-m", "pip", "-q", "install", "--no-deps", str(wheel)], check=True, env=env

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import screenshot
 from helpers import REPO
 
 from app.components.findings import VERDICTS
@@ -31,6 +32,7 @@ CHROMIUM_ARGS = [
 ARTIFACTS = REPO / "artifacts"
 START_TIMEOUT_S = 60.0
 RENDER_TIMEOUT_MS = 60_000
+README_CLIP = {"x": 0, "y": 0, "width": 1440, "height": 1250}  # the banner, the cards, the line to paste, the sawtooth
 
 pytestmark = pytest.mark.browser
 
@@ -96,6 +98,15 @@ def dashboard_url(recorded_db: str, tmp_path: Path) -> Iterator[str]:
         log.close()
 
 
+def _save_readme_picture(png: bytes) -> None:
+    """The README's picture: into artifacts/ always, over docs/images/ when asked (NOTE [ A current screenshot ])."""
+    stamp = screenshot.source_stamp()
+    screenshot.save(png, ARTIFACTS / screenshot.SCREENSHOT.name, stamp)
+    if screenshot.update_requested():
+        screenshot.save(png, screenshot.SCREENSHOT, stamp)
+    assert screenshot.stamp_of(ARTIFACTS / screenshot.SCREENSHOT.name) == stamp
+
+
 def test_dashboard_renders_verdict_and_charts_in_chromium(dashboard_url: str) -> None:
     from playwright.sync_api import sync_playwright
 
@@ -118,6 +129,7 @@ def test_dashboard_renders_verdict_and_charts_in_chromium(dashboard_url: str) ->
             assert page.locator("h1", has_text="demo-starved").first.is_visible()
             assert page.locator("[data-testid='stException']").count() == 0
             page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
+            _save_readme_picture(page.screenshot(clip=README_CLIP))
 
             page.goto(f"{dashboard_url}/runs")
             page.wait_for_selector("[data-testid='stDataFrame']", timeout=RENDER_TIMEOUT_MS)

@@ -81,6 +81,7 @@ def test_collector_warnings_on_the_command_line_are_one_line_each_and_shown_once
     assert stream.getvalue() == "stallwatch: GPU metrics are off: no NVML\n"
 
 
+@pytest.mark.slow
 def test_demo_prints_its_verdict_and_the_next_step(tmp_path: Path) -> None:
     db = tmp_path / "demo.sqlite"
     out = subprocess.run(

@@ -5,8 +5,12 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from collector.cli.demo import run_demo
 from collector.store.reader import Reader
+
+pytestmark = pytest.mark.slow  # each test records a real demo run
 
 
 def test_demo_starved_records_a_completed_run_that_waits_for_each_batch(db_path):

@@ -133,6 +133,7 @@ def machine(path: str) -> str:
 
 
 @pytest.mark.parametrize("name", list(SCENARIOS), ids=list(SCENARIOS))
+@pytest.mark.slow
 def test_real_loader_scenario(recorded: Callable[[str, Check], None], name: str) -> None:
     _, _, verdicts, required, forbidden = SCENARIOS[name]
 

@@ -56,6 +56,7 @@ Store(sys.argv[1]).close()
 """
 
 
+@pytest.mark.slow
 def test_processes_creating_one_new_file_at_the_same_moment_all_succeed(tmp_path):
     for attempt in range(5):  # without the retry, about half of such attempts failed with "database is locked"
         path = str(tmp_path / f"new{attempt}.sqlite")
@@ -67,6 +68,7 @@ def test_processes_creating_one_new_file_at_the_same_moment_all_succeed(tmp_path
             assert p.wait(timeout=60) == 0, p.stderr.read().decode() if p.stderr else ""
 
 
+@pytest.mark.slow
 def test_sigkill_keeps_all_but_the_last_half_second_and_reads_as_stopped(db_path, tmp_path):
     log = tmp_path / "loop.log"
     proc = spawn(db_path, "doomed", "0", "0.005", str(log))

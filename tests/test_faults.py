@@ -96,6 +96,7 @@ def assert_every_loss_counted(rec: Recording, got: dict[str, Any]) -> None:
     assert got["sample_rows"] + got["dropped_samples"] == rec.samples_taken()
 
 
+@pytest.mark.slow
 def test_a_killed_writer_is_replaced_at_once_and_every_batch_is_stored_or_counted(db_path):
     rec = Recording(db_path)
     rec.take(1000)
@@ -112,6 +113,7 @@ def test_a_killed_writer_is_replaced_at_once_and_every_batch_is_stored_or_counte
     assert healed_s < 2.0
 
 
+@pytest.mark.slow
 def test_a_stopped_writer_is_noticed_within_about_a_second_killed_and_replaced(db_path):
     rec = Recording(db_path)
     rec.take(1000)
@@ -134,6 +136,7 @@ def test_a_stopped_writer_is_noticed_within_about_a_second_killed_and_replaced(d
     assert writers_alive() == []
 
 
+@pytest.mark.slow
 def test_a_writer_stopped_just_before_close_costs_close_about_two_seconds_and_the_end_is_written(db_path):
     rec = Recording(db_path)
     rec.take(1000)
@@ -167,6 +170,7 @@ def test_a_writer_killed_again_and_again_is_replaced_a_bounded_number_of_times_a
     assert got["dropped_records"] >= 300 and "recording stops here" in got["warnings"]
 
 
+@pytest.mark.slow
 def test_a_deleted_file_is_recorded_anew_at_its_path_with_the_lost_rows_counted(db_path):
     rec = Recording(db_path)
     rec.take(1000)
@@ -236,6 +240,7 @@ def fill(directory: Path) -> Path:
     return filler
 
 
+@pytest.mark.slow
 def test_a_full_disk_mid_run_costs_counted_rows_and_the_end_and_warning_are_written_when_space_returns(small_disk):
     db = str(small_disk / "run.sqlite")
     rec = Recording(db)
@@ -253,6 +258,7 @@ def test_a_full_disk_mid_run_costs_counted_rows_and_the_end_and_warning_are_writ
     assert got["dropped_records"] > 0 and "is full" in got["warnings"]
 
 
+@pytest.mark.slow
 def test_a_disk_full_at_close_is_retried_and_the_end_written_once_space_returns(small_disk):
     db = str(small_disk / "run.sqlite")
     rec = Recording(db)

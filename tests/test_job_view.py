@@ -120,6 +120,7 @@ def test_a_failing_job_diagnosis_leaves_the_table_and_chart(
     assert chart_traces(at) == [["rank 0", "rank 1"]]  # no straggler to mark, the lines still drawn
 
 
+@pytest.mark.slow
 def test_a_file_without_jobs_says_so_and_its_runs_have_no_job_link(app_for: AppFor, recorded_db: str) -> None:
     at = app_for(recorded_db, JOB_PAGE)
     assert not at.exception and "No distributed job in this file" in at.info[0].value

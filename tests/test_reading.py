@@ -36,6 +36,7 @@ def report(db: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_report_and_diagnose_leave_no_side_files_next_to_a_closed_file(tmp_path):
     db = recorded(tmp_path / "run.sqlite")
     assert side_files(tmp_path) == []
@@ -87,6 +88,7 @@ def test_a_closed_file_is_read_by_a_user_who_cannot_write_its_directory(tmp_path
     assert side_files(folder) == []
 
 
+@pytest.mark.slow
 def test_a_closed_file_on_read_only_media_is_read(tmp_path):
     if os.geteuid() != 0:
         pytest.skip("needs root to mount a read-only tmpfs")

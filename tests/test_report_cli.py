@@ -97,6 +97,7 @@ def test_bad_input_one_line_exit_2_nothing_written(
 
 
 @pytest.mark.parametrize("case", ["not sqlite", "unknown flag"])
+@pytest.mark.slow
 def test_as_a_process_no_traceback(tmp_path: Path, case: str) -> None:
     make, extra, message = BAD[case]
     path = str(tmp_path / "run.sqlite")

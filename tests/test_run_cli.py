@@ -32,6 +32,7 @@ def collector_run(tmp_path: Path, *args: str, cwd: Path | None = None) -> subpro
     )
 
 
+@pytest.mark.slow
 def test_two_dataloaders_make_two_runs_named_where_they_were_created_and_the_exit_code_passes(tmp_path: Path) -> None:
     done = collector_run(tmp_path, str(SCRIPT), "3", "--lr", "0.1")
     assert done.returncode == 3, done.stderr
@@ -48,6 +49,7 @@ def test_two_dataloaders_make_two_runs_named_where_they_were_created_and_the_exi
     assert "two_loaders.py:19 (run 1):" in done.stderr
 
 
+@pytest.mark.slow
 def test_a_failing_script_keeps_its_traceback_and_exit_code_1_and_its_runs_are_marked_crashed(tmp_path: Path) -> None:
     done = collector_run(tmp_path, str(SCRIPT), "0", "--fail")
     assert done.returncode == 1
@@ -59,6 +61,7 @@ def test_a_failing_script_keeps_its_traceback_and_exit_code_1_and_its_runs_are_m
     assert statuses == [("crashed", "ValueError: loss is NaN")] * 2
 
 
+@pytest.mark.slow
 def test_run_dash_m_runs_a_module_with_its_arguments(tmp_path: Path) -> None:
     (tmp_path / "trainmod.py").write_text(
         "import sys\n"

@@ -143,6 +143,7 @@ def test_raise_to_ours_gives_every_thread_of_a_polite_child_our_priority_back():
         os.close(stdout)
 
 
+@pytest.mark.slow
 def test_a_silent_writer_is_stuck_unless_it_waits_for_a_core_and_then_only_up_to_the_limit(tmp_path, monkeypatch):
     writer = WriterProcess()
     runnable: list[bool] = [False]

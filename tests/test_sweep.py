@@ -36,6 +36,7 @@ def unpaced(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, SweepResult]
     return db, sweep(db)
 
 
+@pytest.mark.slow
 def test_sweep_lands_within_10pct_of_the_grid_best_while_trying_fewer_settings(
     unpaced: tuple[str, SweepResult], tmp_path: Path
 ) -> None:
@@ -76,6 +77,7 @@ def test_trials_with_workers_record_their_memory(unpaced: tuple[str, SweepResult
         assert trial.peak_rss_bytes > trial.worker_rss_bytes
 
 
+@pytest.mark.slow
 def test_paced_sweep_picks_fewer_workers_than_the_unpaced_one(unpaced: tuple[str, SweepResult], tmp_path: Path) -> None:
     _, fast = unpaced
     paced = sweep(str(tmp_path / "paced.sqlite"), step_s=0.030)
@@ -85,6 +87,7 @@ def test_paced_sweep_picks_fewer_workers_than_the_unpaced_one(unpaced: tuple[str
     assert (paced.chosen.wait_share or 1.0) < 0.10  # it does keep the model fed
 
 
+@pytest.mark.slow
 def test_a_factory_that_raises_for_one_setting_is_reported_and_the_sweep_goes_on(tmp_path: Path) -> None:
     db = str(tmp_path / "fail.sqlite")
     grid = Grid(workers=(1, 2), prefetch=(2, 4), persistent_workers=(False,))
@@ -97,6 +100,7 @@ def test_a_factory_that_raises_for_one_setting_is_reported_and_the_sweep_goes_on
     assert status == "crashed" and "prefetch_factor=4" in error
 
 
+@pytest.mark.slow
 def test_worker_start_up_and_warm_up_stay_out_of_throughput(tmp_path: Path) -> None:
     db = str(tmp_path / "slowstart.sqlite")
     trial = run_trial(

@@ -113,6 +113,7 @@ def test_with_workers_the_users_exception_text_is_the_plain_loaders(db_path):
     assert got == plain and "worker_timing" not in got and "Original Traceback" in got
 
 
+@pytest.mark.slow
 def test_2000_samples_with_two_bad_give_1998_batches_as_plain(db_path):
     class Many(Dataset[int]):
         def __len__(self) -> int:

@@ -121,6 +121,7 @@ BEATS_THEN_ANSWERS = (
 
 
 @pytest.mark.parametrize(("beat", "expected"), [("waiting\\n", "answered"), ("", None)], ids=["beats", "silent"])
+@pytest.mark.slow
 def test_a_helper_waiting_for_the_other_ranks_is_waited_for_while_it_says_so(db_path, monkeypatch, beat, expected):
     monkeypatch.setattr(verdict_helper, "ANSWER_TIMEOUT_S", 0.6)  # silence given up on; 2 s of beats outlast it
     helper = VerdictHelper(code=BEATS_THEN_ANSWERS.format(beats=10, beat=beat))

@@ -129,6 +129,7 @@ def runs_and_rows(db_path):
 
 
 @pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.slow
 def test_a_loader_watched_in_the_for_statement_itself_records_every_batch_and_then_ends(db_path, workers):
     # Nothing but the epoch's iterator holds what watch() returns here: the run lives as long as that
     # iterator, and ends (completed) once the loop has let go of it.

@@ -21,6 +21,7 @@ def record(loader, db_path, epochs=1):
 
 
 @pytest.mark.parametrize("start_method", ["fork", "spawn"])
+@pytest.mark.slow
 def test_worker_ids_and_fetch_timings_under_each_start_method(db_path, start_method):
     loader = DataLoader(
         SlowDataset(24, sleep_s=0.01),
