@@ -107,7 +107,7 @@ def live_db(tmp_path: Path) -> Iterator[str]:
         started_at=now - 5,
     )
     from collector.store.connection import batch_insert_sql
-    from collector.writer.frames import CLOCKS, RICH
+    from collector.writer.batch_records import CLOCKS, RICH
 
     rows = [(0, i, int(i * 5e7), int(i * 5e7 + 3e7), int(i * 5e7 - 2e7)) + (None,) * 8 + (0,) for i in range(60)]
     store.write(
@@ -143,7 +143,7 @@ def two_rank_db(tmp_path_factory: pytest.TempPathFactory) -> str:
     Both ranks step 10 ms and start together, 200 batches each, as two DDP processes would record.
     """
     from collector.store.connection import batch_insert_sql
-    from collector.writer.frames import CLOCKS, RICH
+    from collector.writer.batch_records import CLOCKS, RICH
 
     path = str(tmp_path_factory.mktemp("ranks") / "stallwatch.sqlite")
     store = Store(path)

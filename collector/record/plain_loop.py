@@ -10,8 +10,9 @@ from collector.record.batchinfo import describe_batch
 from collector.record.handover import BUFFER_RECORDS, EpochEnded, FirstBatch, Shared
 from collector.record.hotloop import Epoch, Timer
 from collector.record.load_clock import LoadClock
+from collector.writer.batch_records import sampled_record
 
-NO_QUEUE = (None, None, None, None, None, None)
+NO_QUEUE = (None, None, None, None, None, None)  # ready, in_flight and the worker: none in a plain loop
 
 
 def plain_loop(
@@ -36,7 +37,7 @@ def plain_loop(
 
     def on_batch(idx: int, t0: int, t1: int, prev: int | None, before: Any, batch: Any) -> int:
         cpu_ns, runq_ns = delta(before)
-        append_described((epoch, idx, t0, t1, prev, *NO_QUEUE, *describe_batch(batch), cpu_ns, runq_ns))
+        append_described(sampled_record(epoch, idx, t0, t1, prev, *NO_QUEUE, *describe_batch(batch), cpu_ns, runq_ns))
         if idx == 0:
             events.append(FirstBatch(epoch, t_start, t1))
         return stride[0]

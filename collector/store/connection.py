@@ -30,7 +30,7 @@ def batch_insert_sql(run_id: int, wall0_s: float, perf0_ns: int, extra: Sequence
     t_prev_return_ns); ``extra`` names the fields after those, each a
     ``batches`` column, except that a field ending in ``_ns`` is stored in
     seconds in its ``_s`` column. See NOTE [ Record layouts ] in
-    collector/writer/frames.py.
+    collector/writer/batch_records.py.
     """
     # NOTE [ Clocks in SQL ]
     # The raw perf_counter_ns values become ts, wait_s and step_s in the
