@@ -11,8 +11,8 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from collector.cli.verdict_helper import VerdictHelper, print_verdict_text, start_helper
 from collector.record.scoped import Scoped
+from collector.verdict.helper import VerdictHelper, print_verdict_text, start_helper
 
 
 class StallwatchCallback(TrainerCallback):

@@ -15,8 +15,8 @@ try:
 except ImportError:  # the older package name
     from pytorch_lightning.callbacks import Callback  # type: ignore[assignment]
 
-from collector.cli.verdict_helper import VerdictHelper, print_verdict_text, start_helper
 from collector.record.scoped import Scoped
+from collector.verdict.helper import VerdictHelper, print_verdict_text, start_helper
 
 
 class StallwatchCallback(Callback):

@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED = {"errors"}  # collector/errors.py: every stage may raise a public error
 # stage -> the stages it may import (besides itself and SHARED)
 ALLOWED = {
-    "cli": {"sweep", "record", "writer", "sample", "store", "diagnosis", "export", "findings", "__init__"},
+    "cli": {"sweep", "record", "writer", "sample", "store", "diagnosis", "export", "verdict", "findings", "__init__"},
     "export": {"store", "diagnosis"},
     "sweep": {"record", "store", "diagnosis"},
     "record": {"writer", "sample", "store", "__init__"},
@@ -19,11 +19,13 @@ ALLOWED = {
     "sample": set(),
     "store": set(),
     "diagnosis": {"store"},
+    # the verdict printed when a recorded script ends, and the helper process that prepares it (a writer-like child)
+    "verdict": {"writer", "store", "diagnosis"},
     # the app also formats a sweep's settings with their pure value type (sweep/grid.py)
     "app": {"store", "diagnosis", "findings", "sweep", "__init__"},
     # the framework callbacks (collector/lightning.py, collector/hf.py): a recording and its printed verdict
-    "lightning": {"cli", "record"},
-    "hf": {"cli", "record"},
+    "lightning": {"verdict", "record"},
+    "hf": {"verdict", "record"},
 }
 MAX_LINES = 310  # about 300
 

@@ -43,10 +43,10 @@ def add_parser(subparsers: Any) -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
-    from collector.cli.verdict_helper import start_helper
     from collector.record.autowatch import AutoWatch
     from collector.record.childboot import child_environment, set_environment
     from collector.record.runinfo import job_start
+    from collector.verdict.helper import start_helper
 
     if args.module is not None:
         if not args.module:
@@ -138,7 +138,7 @@ def _script_frames(tb: TracebackType | None) -> TracebackType | None:
 
 
 def print_verdict(auto: Any, db: str, out: TextIO, helper: Any = None) -> None:
-    """One block per recorded DataLoader, one per distributed job, from rank 0 only: see collector/cli/verdict.py."""
-    from collector.cli.verdict_helper import print_verdict_text
+    """One block per recorded DataLoader, one per distributed job, from rank 0 only: see collector/verdict/printing.py."""
+    from collector.verdict.helper import print_verdict_text
 
     print_verdict_text(helper, db, auto.run_ids(), out, launch=auto.tags.get("launch"))
