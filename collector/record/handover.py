@@ -48,9 +48,8 @@ EpochEvent = EpochStarted | FirstBatch | EpochEnded
 class Shared:
     """What the training thread hands over: appended there, drained here."""
 
-    records: dict[
-        str, deque[tuple[Any, ...]]
-    ]  # layout name -> records; NOTE [ Record layouts ] in collector/writer/batch_records.py
+    # layout name -> records: NOTE [ Record layouts ] in collector/writer/batch_records.py
+    records: dict[str, deque[tuple[Any, ...]]]
     epoch_events: deque[EpochEvent]
     resolver: IdleResolver
     stride: list[int]  # describe every stride-th batch; see NOTE [ Batch size sampling ]
