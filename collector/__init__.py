@@ -11,13 +11,13 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from collector.errors import CollectorWarning
+from collector.version import __version__
 
 if TYPE_CHECKING:
     from collector.diagnosis.findings import Report
     from collector.record.watch import WatchedLoader
     from collector.store.reader import Reader
 
-__version__ = "0.1.0"
 WATCH_KEYWORDS = ("db", "run", "gpu_hz", "host_hz", "tags")
 __all__ = ["CollectorWarning", "__version__", "diagnose", "watch"]
 
