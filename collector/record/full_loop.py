@@ -81,21 +81,26 @@ class FullLoop:
             after.record()
             shared.resolver.add((epoch, idx), before, after, t1)
         last = None if probe is None else probe.last
-        worker: tuple[int | None, int | None, int | None, int | None]
-        if last is None:
-            worker = (None, None, None, None)
-        else:
+        w: int | None = None
+        pid: int | None = None
+        incarnation: int | None = None
+        seq: int | None = None
+        if last is not None:
             w, seq = last
-            worker = (w, self.pids[w] if w < len(self.pids) else None, self.incarnation, seq)
+            pid, incarnation = self.pids[w] if w < len(self.pids) else None, self.incarnation
         if sampled:
             info = describe_batch(batch)
             shared.records["sampled"].append(
-                sampled_record(epoch, idx, t0, t1, self.prev, ready, in_flight, *worker, *info, cpu_ns, runq_ns)
+                sampled_record(
+                    epoch, idx, t0, t1, self.prev, ready, in_flight, w, pid, incarnation, seq, *info, cpu_ns, runq_ns
+                )
             )
             if idx == 0:
                 shared.epoch_events.append(FirstBatch(epoch, self.t_start, t1))
         else:
-            shared.records["queue"].append(queue_record(epoch, idx, t0, t1, self.prev, ready, in_flight, *worker))
+            shared.records["queue"].append(
+                queue_record(epoch, idx, t0, t1, self.prev, ready, in_flight, w, pid, incarnation, seq)
+            )
         self.prev = t1
         self.idx = idx + 1
         return (batch,)
