@@ -46,12 +46,15 @@ SLOWED_NOTE = "note-sampling-slowed"  # stored with the run, not raised: see NOT
 
 
 MAX_HZ = 100.0  # NVML buffers about 6 samples a second; psutil above 100 Hz costs the writer a core
+# The sampling rates unless a caller says (watch(), the callbacks, `collector run`): defined here only.
+DEFAULT_GPU_HZ = 10.0
+DEFAULT_HOST_HZ = 2.0
 
 
 @dataclass(frozen=True)
 class Rates:
-    gpu_hz: float = 10.0
-    host_hz: float = 2.0
+    gpu_hz: float = DEFAULT_GPU_HZ
+    host_hz: float = DEFAULT_HOST_HZ
 
     def __post_init__(self) -> None:
         for name in ("gpu_hz", "host_hz"):

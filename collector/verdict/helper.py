@@ -159,7 +159,7 @@ def prints_verdict(environ: dict[str, str] | os._Environ[str] = os.environ) -> b
 def serve() -> None:
     """In the helper: import the diagnosis, say ready, answer one question (db, runs, launch) with the verdict's text."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    from collector.diagnosis import diagnose_job  # noqa: F401 - pandas and every rule, imported while the job runs
+    from collector.diagnosis import diagnose_data, diagnose_job  # noqa: F401 - pandas and every rule, imported while the job runs
     from collector.verdict.printing import verdict_text
 
     _say(READY)
