@@ -24,8 +24,8 @@ ALLOWED = {
     # the app also formats a sweep's settings with their pure value type (sweep/grid.py)
     "app": {"store", "diagnosis", "findings", "sweep", "__init__"},
     # the framework callbacks (collector/lightning.py, collector/hf.py): a recording and its printed verdict
-    "lightning": {"verdict", "record"},
-    "hf": {"verdict", "record"},
+    "lightning": {"verdict", "record", "sample"},
+    "hf": {"verdict", "record", "sample"},
 }
 MAX_LINES = 310  # about 300
 

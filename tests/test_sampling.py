@@ -357,3 +357,23 @@ def test_idle_resolver_waits_for_the_gpu_and_gives_up_on_stale_pairs():
     first.done = True
     assert resolver.resolve(now_ns=2) == [("a", 0.005)]
     assert resolver.resolve(now_ns=10**12) == [("b", None)]
+
+
+@pytest.mark.parametrize("entry", ["watch", "collector run", "lightning", "hf"])
+def test_every_entry_point_samples_at_the_default_rates_unless_told(entry):
+    if entry == "watch":
+        params = inspect.signature(collector.watch).parameters
+        rates = (params["gpu_hz"].default, params["host_hz"].default)
+    elif entry == "collector run":
+        from collector.cli import build_parser
+
+        args = build_parser().parse_args(["run", "train.py"])
+        rates = (args.gpu_hz, args.host_hz)
+    else:
+        module = pytest.importorskip(f"collector.{'lightning' if entry == 'lightning' else 'hf'}")
+        rates = astuple_rates(module.StallwatchCallback()._recording.rates)
+    assert rates == astuple_rates(Rates())
+
+
+def astuple_rates(rates: Rates) -> tuple[float, float]:
+    return rates.gpu_hz, rates.host_hz
