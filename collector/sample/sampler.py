@@ -10,6 +10,7 @@ from typing import Any
 
 from collector.sample.host import HostSampler
 from collector.sample.nvml import Nvml
+from collector.store.schema import SAMPLE_TABLES
 
 Warn = Callable[[str, str], None]
 NvmlFactory = Callable[[Warn], Nvml]
@@ -18,7 +19,6 @@ HostFactory = Callable[[Warn], HostSampler]
 DETAIL_MEMORY_INTERVAL_S = 5.0  # USS/PSS walk page tables: expensive
 DETAIL_MEMORY_BUDGET = 0.001  # at most 1 ms of CPU a second on them; see Sampler.sample
 DEVICE_REFRESH_INTERVAL_S = 5.0
-SAMPLE_TABLES = ("gpu_samples", "host_samples", "proc_samples")
 SATURATED_PCT = 95.0  # whole-machine CPU at or above which the sampler backs off
 RELAXED_PCT = 80.0  # ... and below which it returns to its rates
 MAX_SLOWDOWN = 8  # at most 8x slower: 2 Hz host sampling becomes one sample every 4 s

@@ -12,13 +12,12 @@ from contextlib import contextmanager
 from typing import Any
 
 from collector.errors import CannotWrite, NotAStallwatchFile, SchemaTooNew
-from collector.store.schema import APP_ID, DDL, MIGRATIONS, SCHEMA_VERSION
+from collector.store.schema import APP_ID, DDL, MIGRATIONS, SAMPLE_TABLES, SCHEMA_VERSION
 
 BUSY_TIMEOUT_MS = 5_000
 
 Row = Sequence[Any]
 
-SAMPLE_TABLES = ("gpu_samples", "host_samples", "proc_samples")
 # an epochs row: run_id, epoch, started_at, ended_at, first_batch_s, batches, worker_pids, end_wait_s, collector_s
 EPOCH_FIELDS = 9
 
