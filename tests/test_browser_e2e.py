@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from helpers import REPO
 
-from app.components.findings import VERDICTS
+from app.components.report_panel import VERDICTS
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [

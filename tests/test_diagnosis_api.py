@@ -14,7 +14,7 @@ from diagnosis_fixtures import Synthetic, file_state, foreign_sqlite, write_synt
 
 import collector
 from collector.diagnosis import RunInProgress
-from collector.diagnosis.findings import VERDICTS
+from collector.diagnosis.report_types import VERDICTS
 from collector.errors import InsufficientData, NotAStallwatchFile, SchemaTooNew, StallwatchError, UnknownRun
 
 

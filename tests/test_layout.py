@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED = {"errors", "version"}  # every stage may raise a public error (errors.py) and read __version__ (version.py)
 # stage -> the stages it may import (besides itself and SHARED)
 ALLOWED = {
-    "cli": {"sweep", "record", "writer", "sample", "store", "diagnosis", "export", "verdict", "findings", "__init__"},
+    "cli": {"sweep", "record", "writer", "sample", "store", "diagnosis", "export", "verdict", "report", "__init__"},
     "export": {"store", "diagnosis"},
     "sweep": {"record", "store", "diagnosis"},
     "record": {"writer", "sample", "store"},
@@ -23,7 +23,7 @@ ALLOWED = {
     # the verdict printed when a recorded script ends, and the helper process that prepares it (a writer-like child)
     "verdict": {"writer", "store", "diagnosis"},
     # the app also formats a sweep's settings with their pure value type (sweep/grid.py)
-    "app": {"store", "diagnosis", "findings", "sweep", "__init__"},
+    "app": {"store", "diagnosis", "report", "sweep", "__init__"},
     # the framework callbacks (collector/lightning.py, collector/hf.py): a recording and its printed verdict
     "lightning": {"verdict", "record", "sample"},
     "hf": {"verdict", "record", "sample"},
@@ -63,7 +63,7 @@ def sources() -> list[Path]:
 def test_each_module_imports_only_the_stages_below_it(path):
     module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
     stage = stage_of(module)
-    if stage in (None, "__init__", "__main__", "findings", *SHARED):
+    if stage in (None, "__init__", "__main__", "report", *SHARED):
         return  # the facade and the shared errors sit above and beside every stage
     upward = {t for t in imported_modules(path) if stage_of(t) not in (None, stage, *SHARED, *ALLOWED[stage])}
     assert not upward, f"{module} ({stage}) imports {sorted(upward)}, which are not below it"

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from collector.diagnosis.findings import LOADER_ARGS, Suggestion
+from collector.diagnosis.report_types import LOADER_ARGS, Suggestion
 
 if TYPE_CHECKING:
-    from collector.diagnosis.findings import Report
+    from collector.diagnosis.report_types import Report
 
 # NOTE [ Advice that constructs ]
 # Every line the report prints must construct against the loader it was

@@ -6,8 +6,8 @@ from typing import Any
 
 from collector.diagnosis import rules_cpu, rules_loop, rules_memory, rules_workers
 from collector.diagnosis.data import RunData
-from collector.diagnosis.findings import Report, Symptom
 from collector.diagnosis.model import DEFAULT_HANDOFF_S, build_model
+from collector.diagnosis.report_types import Report, Symptom
 from collector.diagnosis.sharing import shared_cores
 from collector.diagnosis.stats import measure
 from collector.diagnosis.suggest import suggest

@@ -6,7 +6,7 @@ import os
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collector.diagnosis.findings import Report
+    from collector.diagnosis.report_types import Report
     from collector.store.reader import Reader
 
 

@@ -1,4 +1,4 @@
-"""What a diagnosis returns: symptoms with evidence, suggestions with expected speed-up."""
+"""The types a diagnosis returns: the Report, its symptoms with evidence and suggestions with expected speed-up."""
 
 from __future__ import annotations
 
