@@ -75,3 +75,19 @@ def test_each_module_is_small_and_says_what_it_is_for(path):
     assert len(text.splitlines()) <= MAX_LINES, f"{path.name} has {len(text.splitlines())} lines"
     if text.strip():
         assert ast.get_docstring(ast.parse(text)), f"{path.name} starts with no docstring"
+
+
+def module_of(path: Path) -> str:
+    """``collector/record/session.py`` -> ``collector.record.session``; a package's ``__init__.py`` -> the package."""
+    return ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+
+
+def test_no_two_modules_import_each_other():
+    """At the top, inside a function or for type checking alike: one of the two sits below the other."""
+    paths = {module_of(path): path for path in sources()}
+    imports = {}
+    for module, path in paths.items():
+        parents = {module.rsplit(".", n)[0] for n in range(1, module.count(".") + 1)}  # imported with any submodule
+        imports[module] = {m for m in imported_modules(path) if m in paths and m != module and m not in parents}
+    pairs = sorted({tuple(sorted((a, b))) for a, targets in imports.items() for b in targets if a in imports[b]})
+    assert not pairs, f"these modules import each other: {pairs}"
