@@ -27,8 +27,8 @@ from collector.record.watch import watch_with
 from collector.sample.sampler import Rates
 from collector.store.connection import Store
 from collector.store.reader import Reader, run_state
-from collector.writer.child import Sink
 from collector.writer.frames import EpochRow, Flush, Open, RunStart, Unwritten
+from collector.writer.sink import Sink
 
 SCRIPT = str(Path(__file__).parent / "scripts" / "record_loop.py")
 
