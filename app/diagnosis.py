@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import collector.diagnosis
-from collector.diagnosis.findings import Report
+from collector.diagnosis.report_types import Report
 from collector.errors import InsufficientData, StallwatchError
 
 

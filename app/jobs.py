@@ -7,8 +7,8 @@ from typing import Any
 
 import pandas as pd
 
-from collector.diagnosis.findings import Report
 from collector.diagnosis.job import job_runs
+from collector.diagnosis.report_types import Report
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import streamlit as st
 from app import diagnosis
 from app.data import CompareData, RunViewData, encode_table, load_compare, load_run_view, load_runs_table
 from app.settings import default_db
-from collector.diagnosis.findings import Report
+from collector.diagnosis.report_types import Report
 from collector.errors import StallwatchError
 from collector.store import job_queries
 from collector.store.reader import Reader

@@ -41,7 +41,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 import collector
-from collector.record import session as watcher
+from collector.record import plain_loop as watcher
 from collector.record.hotloop import COMPILED, PyTimer, py_epoch
 from collector.sample.sampler import Rates
 from collector.writer.channel import ProcessLink

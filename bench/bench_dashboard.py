@@ -23,7 +23,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from collector.store.connection import Store, batch_insert_sql, fetch_insert_sql
-from collector.writer.frames import CLOCKS, RICH
+from collector.writer.batch_records import CLOCKS, RICH
 
 SAWTOOTH_PERIOD_S = 6.0  # compute for 4 s, starve for 2 s
 STARVED_SHARE = 1 / 3

@@ -108,7 +108,7 @@ def evaluate(args: argparse.Namespace) -> None:
 
 
 def _model(db: str):  # -> SharedCores | None
-    from collector.diagnosis.diagnose import load_run
+    from collector.diagnosis import load_run
     from collector.diagnosis.model import DEFAULT_HANDOFF_S, build_model
     from collector.diagnosis.sharing import shared_cores
     from collector.diagnosis.stats import measure

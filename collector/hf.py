@@ -11,8 +11,9 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from collector.cli.verdict_helper import VerdictHelper, print_verdict_text, start_helper
 from collector.record.scoped import Scoped
+from collector.sample.sampler import DEFAULT_GPU_HZ, DEFAULT_HOST_HZ
+from collector.verdict.helper import VerdictHelper, print_verdict_text, start_helper
 
 
 class StallwatchCallback(TrainerCallback):
@@ -29,8 +30,8 @@ class StallwatchCallback(TrainerCallback):
         self,
         db: str | os.PathLike[str] | None = None,
         *,
-        gpu_hz: float = 10.0,
-        host_hz: float = 2.0,
+        gpu_hz: float = DEFAULT_GPU_HZ,
+        host_hz: float = DEFAULT_HOST_HZ,
         verdict: bool = True,
     ) -> None:
         self._recording = Scoped(db, gpu_hz, host_hz, {"callback": "hf"})

@@ -15,8 +15,9 @@ try:
 except ImportError:  # the older package name
     from pytorch_lightning.callbacks import Callback  # type: ignore[assignment]
 
-from collector.cli.verdict_helper import VerdictHelper, print_verdict_text, start_helper
 from collector.record.scoped import Scoped
+from collector.sample.sampler import DEFAULT_GPU_HZ, DEFAULT_HOST_HZ
+from collector.verdict.helper import VerdictHelper, print_verdict_text, start_helper
 
 
 class StallwatchCallback(Callback):
@@ -33,8 +34,8 @@ class StallwatchCallback(Callback):
         self,
         db: str | os.PathLike[str] | None = None,
         *,
-        gpu_hz: float = 10.0,
-        host_hz: float = 2.0,
+        gpu_hz: float = DEFAULT_GPU_HZ,
+        host_hz: float = DEFAULT_HOST_HZ,
         verdict: bool = True,
     ) -> None:
         super().__init__()

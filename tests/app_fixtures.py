@@ -107,9 +107,9 @@ def live_db(tmp_path: Path) -> Iterator[str]:
         started_at=now - 5,
     )
     from collector.store.connection import batch_insert_sql
-    from collector.writer.frames import CLOCKS, RICH
+    from collector.writer.batch_records import CLOCKS, RICH, rich_record
 
-    rows = [(0, i, int(i * 5e7), int(i * 5e7 + 3e7), int(i * 5e7 - 2e7)) + (None,) * 8 + (0,) for i in range(60)]
+    rows = [rich_record(0, i, int(i * 5e7), int(i * 5e7 + 3e7), int(i * 5e7 - 2e7), *(None,) * 8, 0) for i in range(60)]
     store.write(
         {},
         statements=[(batch_insert_sql(run_id, now - 5, 0, RICH[CLOCKS:]), rows)],
@@ -143,7 +143,7 @@ def two_rank_db(tmp_path_factory: pytest.TempPathFactory) -> str:
     Both ranks step 10 ms and start together, 200 batches each, as two DDP processes would record.
     """
     from collector.store.connection import batch_insert_sql
-    from collector.writer.frames import CLOCKS, RICH
+    from collector.writer.batch_records import CLOCKS, RICH, rich_record
 
     path = str(tmp_path_factory.mktemp("ranks") / "stallwatch.sqlite")
     store = Store(path)
@@ -167,7 +167,7 @@ def two_rank_db(tmp_path_factory: pytest.TempPathFactory) -> str:
             for i in range(200):
                 prev, request = t, t + 10_000_000
                 t = request + wait_ns
-                rows.append((0, i, request, t, prev, *([None] * 8), 0))
+                rows.append(rich_record(0, i, request, t, prev, *([None] * 8), 0))
             store.write(
                 {},
                 statements=[(batch_insert_sql(run_id, start, 0, RICH[CLOCKS:]), rows)],

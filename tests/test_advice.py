@@ -158,7 +158,7 @@ def test_settings_that_need_workers_are_dropped_when_the_advice_is_no_workers():
     """The epoch-stall demo once got num_workers=0 and persistent_workers=True together: a line that raises."""
     from torch.utils.data import DataLoader
 
-    from collector.diagnosis.findings import Suggestion
+    from collector.diagnosis.report_types import Suggestion
     from collector.diagnosis.suggest import constructible
 
     both = [

@@ -17,7 +17,7 @@ from streamlit.testing.v1 import AppTest
 
 from app import state
 from app.charts.timeline import GPU_SUFFIX, TITLE_PHASES, TITLE_TREND
-from app.components.findings import VERDICTS
+from app.components.report_panel import VERDICTS
 from app.settings import db_from_args, default_db
 from app.views.run import REFRESH_S
 

@@ -16,7 +16,7 @@ import pytest
 import screenshot
 from helpers import REPO
 
-from app.components.findings import VERDICTS
+from app.components.report_panel import VERDICTS
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [

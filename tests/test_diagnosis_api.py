@@ -14,7 +14,7 @@ from diagnosis_fixtures import Synthetic, file_state, foreign_sqlite, write_synt
 
 import collector
 from collector.diagnosis import RunInProgress
-from collector.diagnosis.findings import VERDICTS
+from collector.diagnosis.report_types import VERDICTS
 from collector.errors import InsufficientData, NotAStallwatchFile, SchemaTooNew, StallwatchError, UnknownRun
 
 
@@ -132,3 +132,14 @@ def test_importing_collector_does_not_import_pandas() -> None:
     code = "import sys, collector; collector.diagnose; print('pandas' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_the_public_watch_and_diagnose_are_their_stages_own_and_import_neither_torch_nor_pandas() -> None:
+    code = (
+        "import sys, collector; watch, diagnose = collector.watch, collector.diagnose; "
+        "print('torch' in sys.modules, 'pandas' in sys.modules); "
+        "import collector.record.watch, collector.diagnosis; "
+        "print(watch is collector.record.watch.watch, diagnose is collector.diagnosis.diagnose)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False", "True", "True"]

@@ -10,8 +10,8 @@ import pytest
 from diagnosis_fixtures import HOST_2, T0, Synthetic, write_synthetic
 
 from collector.diagnosis import diagnose
-from collector.diagnosis.findings import VERDICTS
 from collector.diagnosis.model import LoaderModel
+from collector.diagnosis.report_types import VERDICTS
 from collector.diagnosis.verdict import verdict
 
 GiB = 2**30

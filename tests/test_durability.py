@@ -23,12 +23,12 @@ from collector.errors import NotAStallwatchFile, SchemaTooNew
 from collector.record.handover import EpochEnded, Shared
 from collector.record.hotloop import Timer
 from collector.record.monitor import Monitor
-from collector.record.watch import watch as watch_with_fakes  # takes the monitor's test parameters
+from collector.record.watch import watch_with
 from collector.sample.sampler import Rates
 from collector.store.connection import Store
 from collector.store.reader import Reader, run_state
-from collector.writer.child import Sink
 from collector.writer.frames import EpochRow, Flush, Open, RunStart, Unwritten
+from collector.writer.sink import Sink
 
 SCRIPT = str(Path(__file__).parent / "scripts" / "record_loop.py")
 
@@ -221,7 +221,7 @@ def test_closing_returns_promptly_while_forked_workers_live_on(db_path):
 
 
 def test_the_in_process_writer_records_the_same_rows(db_path):
-    with watch_with_fakes(range(500), db=db_path, run="local", gpu_hz=0, host_hz=0, writer_in_process=True) as w:
+    with watch_with(range(500), db=db_path, run="local", gpu_hz=0, host_hz=0, writer_in_process=True) as w:
         for _ in w:
             pass
     assert query(db_path, "SELECT COUNT(*), COUNT(step_s), MIN(idx), MAX(idx) FROM batches") == [(500, 499, 0, 499)]

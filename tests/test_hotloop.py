@@ -12,7 +12,7 @@ from helpers import query
 
 import collector
 from collector.record import hotloop
-from collector.record import session as watcher
+from collector.record import plain_loop as watcher
 from collector.record.hotloop import PyTimer, py_epoch
 
 TIMERS = [pytest.param(PyTimer, id="python")]

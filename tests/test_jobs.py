@@ -11,10 +11,10 @@ import pytest
 from diagnosis_fixtures import Synthetic, write_synthetic
 
 from collector.cli import main
-from collector.cli.verdict import verdict_lines
 from collector.diagnosis import diagnose_job
 from collector.errors import UnknownRun
 from collector.record.runinfo import JOB_STARTED_ENV, job_id, job_start
+from collector.verdict.printing import verdict_lines
 
 N = 200
 JOB = "127.0.0.1:29500@1700000000"

@@ -8,22 +8,25 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = {"errors"}  # collector/errors.py: every stage may raise a public error
+SHARED = {"errors", "version"}  # every stage may raise a public error (errors.py) and read __version__ (version.py)
 # stage -> the stages it may import (besides itself and SHARED)
 ALLOWED = {
-    "cli": {"sweep", "record", "writer", "sample", "store", "diagnosis", "export", "findings", "__init__"},
+    "cli": {"sweep", "record", "writer", "sample", "store", "diagnosis", "export", "verdict", "report", "__init__"},
     "export": {"store", "diagnosis"},
     "sweep": {"record", "store", "diagnosis"},
-    "record": {"writer", "sample", "store", "__init__"},
+    "record": {"writer", "sample", "store"},
     "writer": {"sample", "store"},
-    "sample": set(),
+    # the sampler keys its rows by the sample tables' names (store/schema.py SAMPLE_TABLES)
+    "sample": {"store"},
     "store": set(),
     "diagnosis": {"store"},
+    # the verdict printed when a recorded script ends, and the helper process that prepares it (a writer-like child)
+    "verdict": {"writer", "store", "diagnosis"},
     # the app also formats a sweep's settings with their pure value type (sweep/grid.py)
-    "app": {"store", "diagnosis", "findings", "sweep", "__init__"},
+    "app": {"store", "diagnosis", "report", "sweep", "__init__"},
     # the framework callbacks (collector/lightning.py, collector/hf.py): a recording and its printed verdict
-    "lightning": {"cli", "record"},
-    "hf": {"cli", "record"},
+    "lightning": {"verdict", "record", "sample"},
+    "hf": {"verdict", "record", "sample"},
 }
 MAX_LINES = 310  # about 300
 
@@ -36,7 +39,7 @@ def stage_of(module: str) -> str | None:
     if parts[0] != "collector":
         return None
     if len(parts) == 1 or not any((ROOT / "collector" / name).exists() for name in (parts[1], parts[1] + ".py")):
-        return "__init__"  # collector itself, or a name it defines (__version__)
+        return "__init__"  # collector itself, or a name it defines (watch, diagnose)
     return parts[1]
 
 
@@ -60,7 +63,7 @@ def sources() -> list[Path]:
 def test_each_module_imports_only_the_stages_below_it(path):
     module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
     stage = stage_of(module)
-    if stage in (None, "__init__", "__main__", "findings", *SHARED):
+    if stage in (None, "__init__", "__main__", "report", *SHARED):
         return  # the facade and the shared errors sit above and beside every stage
     upward = {t for t in imported_modules(path) if stage_of(t) not in (None, stage, *SHARED, *ALLOWED[stage])}
     assert not upward, f"{module} ({stage}) imports {sorted(upward)}, which are not below it"
@@ -72,3 +75,19 @@ def test_each_module_is_small_and_says_what_it_is_for(path):
     assert len(text.splitlines()) <= MAX_LINES, f"{path.name} has {len(text.splitlines())} lines"
     if text.strip():
         assert ast.get_docstring(ast.parse(text)), f"{path.name} starts with no docstring"
+
+
+def module_of(path: Path) -> str:
+    """``collector/record/session.py`` -> ``collector.record.session``; a package's ``__init__.py`` -> the package."""
+    return ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+
+
+def test_no_two_modules_import_each_other():
+    """At the top, inside a function or for type checking alike: one of the two sits below the other."""
+    paths = {module_of(path): path for path in sources()}
+    imports = {}
+    for module, path in paths.items():
+        parents = {module.rsplit(".", n)[0] for n in range(1, module.count(".") + 1)}  # imported with any submodule
+        imports[module] = {m for m in imported_modules(path) if m in paths and m != module and m not in parents}
+    pairs = sorted({tuple(sorted((a, b))) for a, targets in imports.items() for b in targets if a in imports[b]})
+    assert not pairs, f"these modules import each other: {pairs}"

@@ -43,3 +43,10 @@ def test_the_child_boot_path_ships_with_the_collector() -> None:
     shipped = SETUPTOOLS["package-data"]["collector.record"]
     assert "_child_path/sitecustomize.py" in shipped
     assert all((REPO / "collector" / "record" / name).is_file() for name in shipped)
+
+
+def test_the_recorded_version_is_the_distributions() -> None:
+    """collector/version.py holds the version every run records; it must be the one the wheel is built with."""
+    from collector.version import __version__
+
+    assert __version__ == tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]

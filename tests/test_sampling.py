@@ -21,7 +21,7 @@ import collector
 from collector.record import cuda_idle
 from collector.record import monitor as monitor_module
 from collector.record.cuda_idle import IdleResolver
-from collector.record.watch import watch as watch_with_fakes  # takes the monitor's test parameters
+from collector.record.watch import watch_with
 from collector.sample.host import HostSampler
 from collector.sample.nvml import Nvml
 from collector.sample.sampler import Rates, Sampler
@@ -39,7 +39,7 @@ def test_fake_nvml_keeps_every_buffered_sample_with_memory_and_power(db_path, fa
     for i in range(5):
         fake_nvml.push(0, 1_000_000 + i * 166_000, 30 + i * 10)
     fake_nvml.push(1, 1_000_000, 99)
-    with watch_with_fakes([1, 2], db=db_path, host_hz=0, **with_fake_nvml(fake_nvml)) as watched:
+    with watch_with([1, 2], db=db_path, host_hz=0, **with_fake_nvml(fake_nvml)) as watched:
         list(watched)
         run_id = watched.run_id
     rows = query(db_path, "SELECT gpu, ts, util_pct, mem_used_bytes, mem_total_bytes, power_w FROM gpu_samples")
@@ -55,7 +55,7 @@ def test_fake_nvml_keeps_every_buffered_sample_with_memory_and_power(db_path, fa
 
 def test_utilisation_rates_are_the_fallback_without_a_sample_buffer(db_path):
     fake = FakeNvml(gpus=1, samples=False)
-    with watch_with_fakes([1], db=db_path, host_hz=0, **with_fake_nvml(fake)) as watched:
+    with watch_with([1], db=db_path, host_hz=0, **with_fake_nvml(fake)) as watched:
         list(watched)
     assert {r[0] for r in query(db_path, "SELECT util_pct FROM gpu_samples")} == {42.0}
 
@@ -63,7 +63,7 @@ def test_utilisation_rates_are_the_fallback_without_a_sample_buffer(db_path):
 def test_no_nvml_on_a_cpu_only_process_is_recorded_as_no_gpu_without_a_warning(db_path, collector_warnings):
     fake = FakeNvml(init_error=OSError("libnvidia-ml.so.1: cannot open shared object file"))
     loader = DataLoader(SlowDataset(6), batch_size=2)
-    with watch_with_fakes(loader, db=db_path, host_hz=0, cuda_in_use=lambda: False, **with_fake_nvml(fake)) as watched:
+    with watch_with(loader, db=db_path, host_hz=0, cuda_in_use=lambda: False, **with_fake_nvml(fake)) as watched:
         for _ in range(3):
             list(watched)
     assert collector_messages(collector_warnings) == []
@@ -78,11 +78,11 @@ def test_no_nvml_while_cuda_is_in_use_warns_once_per_process_with_the_cause(db_p
     monkeypatch.setattr(monitor_module, "_warned_in_process", set())
     fake = FakeNvml(init_error=OSError("libnvidia-ml.so.1: cannot open shared object file"))
     cuda = {"cuda_in_use": lambda: True, **with_fake_nvml(fake)}
-    watched = watch_with_fakes(DataLoader(SlowDataset(6), batch_size=2), db=db_path, host_hz=0, **cuda)
+    watched = watch_with(DataLoader(SlowDataset(6), batch_size=2), db=db_path, host_hz=0, **cuda)
     watch_line = inspect.currentframe().f_lineno - 1
     with watched:
         list(watched)
-    with watch_with_fakes([1, 2], db=db_path, host_hz=0, **cuda) as second:  # a second loader: no second warning
+    with watch_with([1, 2], db=db_path, host_hz=0, **cuda) as second:  # a second loader: no second warning
         list(second)
     messages = collector_messages(collector_warnings)
     assert len(messages) == 1 and "NVML is not available" in messages[0] and "nvidia-ml-py" in messages[0]
@@ -279,7 +279,7 @@ def test_sampling_backs_off_while_the_machine_is_saturated_and_returns_when_it_i
 
 def test_a_saturated_machine_is_noted_with_the_run_and_not_warned(db_path, collector_warnings):
     host = BusyHost([0.0], lambda t: 100.0)
-    watched = watch_with_fakes(range(5), db=db_path, gpu_hz=0, host_factory=lambda warn: host, writer_in_process=True)
+    watched = watch_with(range(5), db=db_path, gpu_hz=0, host_factory=lambda warn: host, writer_in_process=True)
     assert watched.run_id is not None  # the run starts (with its sampling) now, not at the first iteration
     assert wait_until(lambda: len(host.samples) >= 2)
     list(watched)
@@ -357,3 +357,23 @@ def test_idle_resolver_waits_for_the_gpu_and_gives_up_on_stale_pairs():
     first.done = True
     assert resolver.resolve(now_ns=2) == [("a", 0.005)]
     assert resolver.resolve(now_ns=10**12) == [("b", None)]
+
+
+@pytest.mark.parametrize("entry", ["watch", "collector run", "lightning", "hf"])
+def test_every_entry_point_samples_at_the_default_rates_unless_told(entry):
+    if entry == "watch":
+        params = inspect.signature(collector.watch).parameters
+        rates = (params["gpu_hz"].default, params["host_hz"].default)
+    elif entry == "collector run":
+        from collector.cli import build_parser
+
+        args = build_parser().parse_args(["run", "train.py"])
+        rates = (args.gpu_hz, args.host_hz)
+    else:
+        module = pytest.importorskip(f"collector.{'lightning' if entry == 'lightning' else 'hf'}")
+        rates = astuple_rates(module.StallwatchCallback()._recording.rates)
+    assert rates == astuple_rates(Rates())
+
+
+def astuple_rates(rates: Rates) -> tuple[float, float]:
+    return rates.gpu_hz, rates.host_hz

@@ -11,8 +11,8 @@ import psutil
 import pytest
 from helpers import wait_until
 
-from collector.cli.verdict_helper import VerdictHelper
 from collector.sample.sampler import Rates
+from collector.verdict.helper import VerdictHelper
 from collector.writer import process as writer_process
 from collector.writer.frames import Open, RunStart
 from collector.writer.process import STARVED_LIMIT_S, STUCK_AFTER_S, WriterProcess

@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 import collector
 from collector.record import hotloop
-from collector.record import session as watcher
+from collector.record import plain_loop as watcher
 from collector.record.hotloop import PyTimer, py_epoch
 from collector.store.reader import Reader
 

@@ -12,10 +12,10 @@ from helpers import wait_until
 from torch.utils.data import DataLoader
 
 import collector
-from collector.cli import verdict_helper
 from collector.cli.run import print_verdict
-from collector.cli.verdict import verdict_text
-from collector.cli.verdict_helper import VerdictHelper, prints_verdict
+from collector.verdict import helper as verdict_helper
+from collector.verdict.helper import VerdictHelper, prints_verdict
+from collector.verdict.printing import verdict_text
 from collector.writer.spawn import CHILD_NICE
 
 READY_S = 60  # pandas' import on a loaded machine, at nice +10
@@ -130,7 +130,7 @@ def test_a_helper_waiting_for_the_other_ranks_is_waited_for_while_it_says_so(db_
 
 
 def test_the_verdict_calls_waiting_while_it_waits_for_the_other_ranks(db_path, monkeypatch):
-    from collector.cli import verdict
+    from collector.verdict import printing as verdict
 
     runs = recorded(db_path)
     beats = []

@@ -1,1 +1,1 @@
-"""Parts of pages: the sidebar, the empty-file welcome, the diagnosis findings, the downloads; none is a page itself."""
+"""Parts of pages: the sidebar, the empty-file welcome, the report panel, the downloads; none is a page itself."""

@@ -9,7 +9,7 @@ import streamlit as st
 
 from app import state
 from app.diagnosis import Unavailable
-from collector.diagnosis.findings import Report
+from collector.diagnosis.report_types import Report
 from collector.diagnosis.text import render as report_text
 from collector.store.series import TABLES
 

@@ -7,7 +7,7 @@ import streamlit as st
 from app import state
 from app.charts.ranks import rank_wait_figure
 from app.components import welcome
-from app.components.findings import findings, verdict_banner
+from app.components.report_panel import findings, verdict_banner
 from app.diagnosis import Unavailable
 from app.guard import page_boundary
 from app.jobs import Job, job_of, jobs_of, rank_table, straggler_rank

@@ -14,13 +14,13 @@ from app.charts import detail_figures, headline_figure
 from app.charts.batches import duration
 from app.components import welcome
 from app.components.downloads import downloads
-from app.components.findings import findings, verdict_banner
+from app.components.report_panel import findings, verdict_banner
 from app.data import PHASE_BATCHES, RunViewData
 from app.diagnosis import Unavailable
 from app.guard import page_boundary
 from app.jobs import job_of
 from app.views.job import open_job, switch_if_asked
-from collector.diagnosis.findings import Report
+from collector.diagnosis.report_types import Report
 from collector.diagnosis.text import WAITING_DEFINITION
 from collector.errors import StallwatchError, UnknownRun
 from collector.store.reader import STALE_AFTER_S

@@ -1,4 +1,4 @@
-"""The command-line router: each subcommand lives in its own module with ``add_parser`` and ``run``."""
+"""The command-line router: each subcommand lives in its own module, whose ``add_parser`` adds it with its handler."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from collector.cli.args import EXIT_USAGE, OneLineParser, one_line_warnings
 from collector.errors import StallwatchError
 
-# subcommand -> module with add_parser(subparsers) and run(args) -> int
+# subcommand -> module with add_parser(subparsers), which sets the parser's handler(args) -> exit status
 SUBCOMMANDS = {
     "demo": "collector.cli.demo",
     "report": "collector.cli.report",

@@ -15,7 +15,7 @@ from typing import Any, TextIO
 
 from collector.cli.args import add_db_option
 from collector.errors import StallwatchError
-from collector.sample.sampler import Rates
+from collector.sample.sampler import DEFAULT_GPU_HZ, DEFAULT_HOST_HZ, Rates
 
 EXIT_EXCEPTION = 1  # what Python itself exits with on an uncaught exception
 SIGINT_EXIT = 130  # what a shell reports for a process ended by Ctrl-C
@@ -32,8 +32,10 @@ def add_parser(subparsers: Any) -> None:
         usage="python -m collector run [--db DB] [--gpu-hz HZ] [--host-hz HZ] (SCRIPT | -m MODULE) [ARGS ...]",
     )
     add_db_option(parser)
-    parser.add_argument("--gpu-hz", type=float, default=10.0, help="GPU samples per second (0: off)")
-    parser.add_argument("--host-hz", type=float, default=2.0, help="host and process samples per second (0: off)")
+    parser.add_argument("--gpu-hz", type=float, default=DEFAULT_GPU_HZ, help="GPU samples per second (0: off)")
+    parser.add_argument(
+        "--host-hz", type=float, default=DEFAULT_HOST_HZ, help="host and process samples per second (0: off)"
+    )
     parser.add_argument("--no-verdict", action="store_true", help="do not print the verdict when the script ends")
     parser.add_argument(
         "-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE", help="run a module, as python -m does"
@@ -43,10 +45,10 @@ def add_parser(subparsers: Any) -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
-    from collector.cli.verdict_helper import start_helper
     from collector.record.autowatch import AutoWatch
     from collector.record.childboot import child_environment, set_environment
     from collector.record.runinfo import job_start
+    from collector.verdict.helper import start_helper
 
     if args.module is not None:
         if not args.module:
@@ -138,7 +140,7 @@ def _script_frames(tb: TracebackType | None) -> TracebackType | None:
 
 
 def print_verdict(auto: Any, db: str, out: TextIO, helper: Any = None) -> None:
-    """One block per recorded DataLoader, one per distributed job, from rank 0 only: see collector/cli/verdict.py."""
-    from collector.cli.verdict_helper import print_verdict_text
+    """One block per recorded DataLoader, one per distributed job, from rank 0 only: see collector/verdict/printing.py."""
+    from collector.verdict.helper import print_verdict_text
 
     print_verdict_text(helper, db, auto.run_ids(), out, launch=auto.tags.get("launch"))

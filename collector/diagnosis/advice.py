@@ -1,14 +1,11 @@
-"""Advice that constructs: a shuffle change only where the loader can take one, and the line in the framework's terms."""
+"""Advice that constructs: a shuffle change only where the loader can take one (NOTE [ Advice that constructs ])."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from collector.diagnosis.findings import LOADER_ARGS, Suggestion
-
-if TYPE_CHECKING:
-    from collector.diagnosis.findings import Report
+from collector.diagnosis.report_types import Suggestion
 
 # NOTE [ Advice that constructs ]
 # Every line the report prints must construct against the loader it was
@@ -21,15 +18,6 @@ if TYPE_CHECKING:
 # sampler, as sampler=DistributedSampler(dataset, shuffle=True) beside a
 # DistributedSampler, and not at all elsewhere (a note says where the order
 # is decided instead). tests/test_advice.py builds every line.
-HF_ARGS = {
-    "num_workers": "dataloader_num_workers",
-    "pin_memory": "dataloader_pin_memory",
-    "prefetch_factor": "dataloader_prefetch_factor",
-    "persistent_workers": "dataloader_persistent_workers",
-}
-NEEDS_WORKERS = ("prefetch_factor", "persistent_workers")
-LIGHTNING_HOOKS = {"train": "train_dataloader", "val": "val_dataloader", "test": "test_dataloader"}
-LIGHTNING_HOOKS["predict"] = "predict_dataloader"
 EVALUATION = ("val", "test", "predict")
 DISTRIBUTED_SHUFFLE = "DistributedSampler(dataset, shuffle=True)"
 UNEVEN = "batches cost unevenly in dataset order; shuffling spreads the slow samples over all batches"
@@ -69,24 +57,3 @@ def _shuffle(parameter: str, current: Any, suggested: Any, reason: str) -> Sugge
         expected_speedup=None,
         rule_of_thumb=True,
     )
-
-
-def code_change(report: Report) -> str | None:
-    """The report's suggestions as one line to paste. See NOTE [ Advice that constructs ]."""
-    chosen = {s.parameter: s.suggested for s in report.suggestions if s.parameter in LOADER_ARGS}
-    if not chosen:
-        return None
-    run = report.run
-    framework, stage = run.get("framework"), run.get("stage")
-    workers = (run.get("config") or {}).get("num_workers")
-    if any(p in chosen for p in NEEDS_WORKERS) and "num_workers" not in chosen and workers:
-        chosen = {"num_workers": workers, **chosen}  # the line holds on its own, whatever the defaults
-    if framework == "hf":
-        args = [f"{HF_ARGS[p]}={v!r}" for p, v in chosen.items() if p in HF_ARGS]
-        return f"TrainingArguments(..., {', '.join(args)})" if args else None
-    args = [f"{p}={v}" if p == "sampler" else f"{p}={v!r}" for p, v in chosen.items()]
-    line = f"DataLoader(..., {', '.join(args)})"
-    if framework == "lightning":
-        hook = LIGHTNING_HOOKS.get(stage or "train", "train_dataloader")
-        line += f"  # in {hook}() of your LightningDataModule or LightningModule"
-    return line

@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 
 from collector.diagnosis.diagnose import diagnose
-from collector.diagnosis.findings import Report, Symptom
+from collector.diagnosis.report_types import Report, Symptom
 from collector.errors import InsufficientData, UnknownRun
 from collector.store.reader import Reader
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from collector.diagnosis.data import RunData
-from collector.diagnosis.findings import Severity, Symptom
+from collector.diagnosis.report_types import Severity, Symptom
 from collector.diagnosis.sharing import SharedCores
 from collector.diagnosis.stats import Facts
 from collector.diagnosis.units import ms

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from collector.diagnosis.data import RunData
-from collector.diagnosis.findings import Severity, Symptom
+from collector.diagnosis.report_types import Severity, Symptom
 from collector.diagnosis.rules_cpu import busiest_core
 from collector.diagnosis.stats import Facts, steady_batches
 from collector.diagnosis.units import ms

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from collector.diagnosis.data import RunData
-from collector.diagnosis.findings import Symptom
+from collector.diagnosis.report_types import Symptom
 from collector.diagnosis.stats import Facts
 
 MiB = 2**20

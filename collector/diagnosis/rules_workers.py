@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 
 from collector.diagnosis.data import RunData
-from collector.diagnosis.findings import Symptom
 from collector.diagnosis.model import LoaderModel
+from collector.diagnosis.report_types import Symptom
 from collector.diagnosis.stats import Facts, steady_batches
 from collector.diagnosis.units import ms
 

@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from collector.diagnosis.advice import shuffle_advice
-from collector.diagnosis.findings import Suggestion, Symptom
 from collector.diagnosis.model import LoaderModel
+from collector.diagnosis.report_types import Suggestion, Symptom
 from collector.diagnosis.sharing import SharedCores
 from collector.diagnosis.stats import Facts
 from collector.diagnosis.units import ms

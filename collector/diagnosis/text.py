@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collector.diagnosis.findings import Report
+from collector.diagnosis.report_types import Report
 from collector.diagnosis.units import ms
 
 # NOTE [ One waiting figure ]

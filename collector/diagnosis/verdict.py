@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collector.diagnosis.findings import Verdict
+from collector.diagnosis.report_types import Verdict
 from collector.diagnosis.stats import Facts
 
 INPUT_BOUND = 0.20  # the TensorFlow profiler calls 20% of step time "highly input bound"

@@ -16,7 +16,7 @@ from prometheus_client.core import (
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from collector.diagnosis.findings import VERDICTS
+from collector.diagnosis.report_types import VERDICTS
 from collector.export.sources import Exporter, Refresh
 from collector.export.tail import LABEL_NAMES, WAIT_BUCKETS_S, RunSnapshot
 

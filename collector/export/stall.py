@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from collector.diagnosis.findings import Verdict
 from collector.diagnosis.phases import start_batches
+from collector.diagnosis.report_types import Verdict
 from collector.diagnosis.stats import MIN_HANDOFF_BATCHES
 from collector.diagnosis.verdict import INPUT_BOUND, MIN_BATCHES, PARTLY_INPUT_BOUND
 

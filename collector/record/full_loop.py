@@ -1,4 +1,4 @@
-"""The per-batch loop for loaders with workers or CUDA: queue depth, worker ids and GPU idle events, one tuple a batch."""
+"""The per-batch loop for loaders with workers or CUDA: queue depth, worker ids and GPU idle events, one record a batch."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from collector.record.batchinfo import describe_batch
 from collector.record.handover import EpochEnded, FirstBatch, Shared
 from collector.record.load_clock import LoadClock
 from collector.record.transparent import END, raising, transparent
+from collector.writer.batch_records import queue_record, sampled_record
 
 
 class FullLoop:
@@ -80,21 +81,26 @@ class FullLoop:
             after.record()
             shared.resolver.add((epoch, idx), before, after, t1)
         last = None if probe is None else probe.last
-        worker: tuple[int | None, int | None, int | None, int | None]
-        if last is None:
-            worker = (None, None, None, None)
-        else:
+        w: int | None = None
+        pid: int | None = None
+        incarnation: int | None = None
+        seq: int | None = None
+        if last is not None:
             w, seq = last
-            worker = (w, self.pids[w] if w < len(self.pids) else None, self.incarnation, seq)
+            pid, incarnation = self.pids[w] if w < len(self.pids) else None, self.incarnation
         if sampled:
             info = describe_batch(batch)
             shared.records["sampled"].append(
-                (epoch, idx, t0, t1, self.prev, ready, in_flight, *worker, *info, cpu_ns, runq_ns)
+                sampled_record(
+                    epoch, idx, t0, t1, self.prev, ready, in_flight, w, pid, incarnation, seq, *info, cpu_ns, runq_ns
+                )
             )
             if idx == 0:
                 shared.epoch_events.append(FirstBatch(epoch, self.t_start, t1))
         else:
-            shared.records["queue"].append((epoch, idx, t0, t1, self.prev, ready, in_flight, *worker))
+            shared.records["queue"].append(
+                queue_record(epoch, idx, t0, t1, self.prev, ready, in_flight, w, pid, incarnation, seq)
+            )
         self.prev = t1
         self.idx = idx + 1
         return (batch,)

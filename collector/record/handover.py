@@ -10,6 +10,14 @@ from collector.record.cuda_idle import IdleResolver
 from collector.record.hotloop import Timer
 from collector.record.worker_timing import TimingRings
 
+# NOTE [ Bounded buffer ]
+# The training thread appends to deques, and the plain loop's Timer writes a
+# ring, that lose their oldest records when full; the monitor counts the gap
+# and stores it as runs.dropped_records. 2^17 records is about 1 s of the
+# fastest loop we measured (135k batches/s), far more than one 0.2 s flush:
+# at most 13 MB in a deque (about 100 bytes a record), 2 MB in a ring.
+BUFFER_RECORDS = 1 << 17
+
 
 # What the training thread tells the monitor about each epoch (perf_counter_ns clocks).
 class EpochStarted(NamedTuple):
@@ -40,7 +48,8 @@ EpochEvent = EpochStarted | FirstBatch | EpochEnded
 class Shared:
     """What the training thread hands over: appended there, drained here."""
 
-    records: dict[str, deque[tuple[Any, ...]]]  # layout name -> records; see NOTE [ Record layouts ]
+    # layout name -> records: NOTE [ Record layouts ] in collector/writer/batch_records.py
+    records: dict[str, deque[tuple[Any, ...]]]
     epoch_events: deque[EpochEvent]
     resolver: IdleResolver
     stride: list[int]  # describe every stride-th batch; see NOTE [ Batch size sampling ]

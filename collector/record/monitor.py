@@ -14,10 +14,8 @@ from collector.record.handover import EpochStarted, FirstBatch, Shared
 from collector.record.origin import user_frame, warn_at
 from collector.record.stride import adapt_stride
 from collector.sample.sampler import HostFactory, NvmlFactory, Rates
+from collector.writer.batch_records import EPOCH, IDX, PAIR_BYTES
 from collector.writer.frames import (
-    EPOCH,
-    IDX,
-    PAIR_BYTES,
     EpochRow,
     Flush,
     Open,

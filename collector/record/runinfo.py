@@ -9,6 +9,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from collector.version import __version__
+
 WORDS = [
     "amber",
     "brisk",
@@ -115,8 +117,6 @@ def _shuffled(sampler: Any, own_batches: bool, iterable: bool) -> bool | None:
 
 
 def versions() -> dict[str, Any]:
-    from collector import __version__
-
     torch_version = None
     if "torch" in sys.modules:
         torch_version = getattr(sys.modules["torch"], "__version__", None)

@@ -1,4 +1,4 @@
-"""A recording session: the hot-path loops that time each batch, and process exit hooks."""
+"""A recording session: opens each epoch on the loop that fits the loader, and ends the run."""
 
 from __future__ import annotations
 
@@ -13,31 +13,22 @@ from multiprocessing import get_context
 from typing import Any
 
 from collector.record import cuda_idle, exits, loader_probe
-from collector.record.batchinfo import describe_batch
 from collector.record.cuda_idle import IdleResolver
 from collector.record.exits import SIGINT_EXIT, error_text, exit_code
 from collector.record.full_loop import FullLoop
-from collector.record.handover import EpochEnded, EpochStarted, FirstBatch, Shared
-from collector.record.hotloop import Epoch, Timer
+from collector.record.handover import BUFFER_RECORDS, EpochStarted, Shared
 from collector.record.load_clock import LoadClock
 from collector.record.monitor import Monitor
+from collector.record.plain_loop import plain_loop
 from collector.record.runinfo import command_line, distributed, job_id, loader_config, versions
 from collector.record.worker_timing import TimingRings, WorkerHook
 from collector.sample.host import host_facts
 from collector.sample.sampler import Rates
 from collector.writer.frames import RunStart
 
-# NOTE [ Bounded buffer ]
-# The training thread appends to deques, and the plain loop's Timer writes a
-# ring, that lose their oldest records when full; the monitor counts the gap
-# and stores it as runs.dropped_records. 2^17 records is about 1 s of the
-# fastest loop we measured (135k batches/s), far more than one 0.2 s flush:
-# at most 13 MB in a deque (about 100 bytes a record), 2 MB in a ring.
-BUFFER_RECORDS = 1 << 17
 CLOSE_TIMEOUT_S = 2.5  # the monitor ends a stuck writer within LINK_CLOSE_TIMEOUT_S (1.5 s) of it
 CLOSE_GRACE_S = 1.0  # see Session.close_soon
 READY_TIMEOUT_S = 15.0  # a writer's start on a loaded machine (collector/writer/link.py START_TIMEOUT_S)
-NO_QUEUE = (None, None, None, None, None, None)
 
 
 class Session:
@@ -140,7 +131,7 @@ class Session:
         threads = torch_threads()
         cuda = cuda_idle.cuda_active()
         if probe is None and not cuda:
-            loop = self._plain_loop(it, epoch, t_start, owner)
+            loop = plain_loop(it, epoch, t_start, self.shared, self.count_error, LoadClock(self.monitor.ident), owner)
         else:
             loop = self._full_loop(it, epoch, t_start, probe, cuda, pids, owner)
         own_ns = time.perf_counter_ns() - t_start - iter_ns  # See NOTE [ The collector's own time ]
@@ -174,31 +165,6 @@ class Session:
     # [ Clocks in SQL ]). The plain loop serves num_workers=0 and plain
     # iterables on the CPU, timed in C between described batches; the full
     # loop adds queue depth, worker ids and CUDA events, one tuple a batch.
-
-    def _plain_loop(self, it: Iterator[Any], epoch: int, t_start: int, owner: Any) -> Iterator[Any]:
-        # See NOTE [ Compiled hot loop ] in collector/record/hotloop.py: the Timer
-        # times every next() in C, the Epoch around it calls back here for
-        # every stride-th batch (NOTE [ Batch size sampling ]) and at the end.
-        timer = Timer(it, BUFFER_RECORDS)
-        self.shared.timers[epoch] = timer
-        append_described = self.shared.records["described"].append
-        events = self.shared.epoch_events
-        stride = self.shared.stride
-        clock = LoadClock(self.monitor.ident)
-        delta = clock.delta
-
-        def on_batch(idx: int, t0: int, t1: int, prev: int | None, before: Any, batch: Any) -> int:
-            cpu_ns, runq_ns = delta(before)
-            append_described((epoch, idx, t0, t1, prev, *NO_QUEUE, *describe_batch(batch), cpu_ns, runq_ns))
-            if idx == 0:
-                events.append(FirstBatch(epoch, t_start, t1))
-            return stride[0]
-
-        def on_end(count: int, _owner: Any = owner) -> None:  # the Epoch holds on_end, and so the owner
-            events.append(EpochEnded(epoch, time.perf_counter_ns(), count, timer.end_request_ns))
-            clock.close()
-
-        return Epoch(timer, on_batch, on_end, self.count_error, clock.read)
 
     def _full_loop(
         self,

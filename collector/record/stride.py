@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from collector.writer.frames import PAIR_BYTES, T_RETURN
+from collector.writer.batch_records import PAIR_BYTES, T_RETURN
 
 PAIR_T_RETURN = struct.Struct("=q")  # one int64 of a Timer's (t_request_ns, t_return_ns) pairs
 

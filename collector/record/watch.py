@@ -8,13 +8,13 @@ import time
 import weakref
 from collections.abc import Iterator, Mapping
 from types import TracebackType
-from typing import Any
+from typing import Any, NoReturn
 
 from collector.record.origin import user_frame
 from collector.record.runinfo import generated_name
 from collector.record.session import READY_TIMEOUT_S, Session
 from collector.record.worker_timing import TimingRings
-from collector.sample.sampler import Rates
+from collector.sample.sampler import DEFAULT_GPU_HZ, DEFAULT_HOST_HZ, Rates
 from collector.store.schema import DEFAULT_DB, default_db_path
 
 
@@ -196,23 +196,53 @@ def _is_dataloader_class(cls: type) -> bool:
     return data is not None and issubclass(cls, data.DataLoader)
 
 
+WATCH_KEYWORDS = ("db", "run", "gpu_hz", "host_hz", "tags")
+
+
 def watch(
     loader: Any,
     db: str | os.PathLike[str] | None = None,
     run: str | None = None,
     *,
-    gpu_hz: float = 10.0,
-    host_hz: float = 2.0,
+    gpu_hz: float = DEFAULT_GPU_HZ,
+    host_hz: float = DEFAULT_HOST_HZ,
     tags: Mapping[str, Any] | None = None,
-    **monitor_kwargs: Any,
+    **unknown: NoReturn,
 ) -> WatchedLoader:
-    """Record every batch ``loader`` hands to the training loop into a SQLite file.
+    """Wrap ``loader`` so every batch's wait is recorded into a SQLite file.
 
     ``db`` defaults to ``$STALLWATCH_DB`` or ``stallwatch.sqlite`` in the working
     directory; ``run`` to a generated readable name. ``gpu_hz`` and ``host_hz``
-    set the background sampling rates (0 turns one off). Bad arguments raise
-    here; nothing the collector does later ever raises into the loop.
+    set the background sampling rates (0 turns one off); ``tags`` are stored
+    with the run. Bad arguments raise here; nothing the collector does later
+    ever raises into the loop.
     """
+    if unknown:
+        raise TypeError(unknown_keywords("watch", unknown, WATCH_KEYWORDS))
+    return watch_with(loader, db, run, gpu_hz=gpu_hz, host_hz=host_hz, tags=tags)
+
+
+def unknown_keywords(function: str, given: Mapping[str, Any], valid: tuple[str, ...]) -> str:
+    """The TypeError text for misspelled keywords: the function, the closest valid name, all valid names."""
+    import difflib
+
+    name = sorted(given)[0]
+    close = difflib.get_close_matches(name, valid, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"{function}() got an unexpected keyword argument {name!r}{hint}; its keywords are {', '.join(valid)}"
+
+
+def watch_with(
+    loader: Any,
+    db: str | os.PathLike[str] | None = None,
+    run: str | None = None,
+    *,
+    gpu_hz: float = DEFAULT_GPU_HZ,
+    host_hz: float = DEFAULT_HOST_HZ,
+    tags: Mapping[str, Any] | None = None,
+    **session_kwargs: Any,
+) -> WatchedLoader:
+    """``watch``, also taking the Session's and the Monitor's parameters: a sweep's ``iterate``, tests' fakes."""
     try:
         iter_method = type(loader).__iter__
     except AttributeError:
@@ -237,11 +267,11 @@ def watch(
             f"tags must be a mapping of names to values, e.g. tags={{'lr': 0.1}}, got {type(tags).__name__}"
         )
     name = run if run is not None else generated_name(int(time.time() * 1000) ^ os.getpid())
-    spec = _Spec(path, name, rates, dict(tags or {}), monitor_kwargs)
+    spec = _Spec(path, name, rates, dict(tags or {}), session_kwargs)
     if _is_dataloader_class(type(loader)):
         spec.prepare(loader)
         return _watched_dataloader(loader, spec)
-    session = Session(loader, path, name, rates, dict(tags or {}), **monitor_kwargs)
+    session = Session(loader, path, name, rates, dict(tags or {}), **session_kwargs)
     if getattr(loader, "base_dataloader", None) is not None:  # accelerate's DataLoaderShard and its kin
         session.monitor.warn(
             "wrapped-loader",

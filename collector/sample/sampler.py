@@ -10,6 +10,7 @@ from typing import Any
 
 from collector.sample.host import HostSampler
 from collector.sample.nvml import Nvml
+from collector.store.schema import SAMPLE_TABLES
 
 Warn = Callable[[str, str], None]
 NvmlFactory = Callable[[Warn], Nvml]
@@ -18,7 +19,6 @@ HostFactory = Callable[[Warn], HostSampler]
 DETAIL_MEMORY_INTERVAL_S = 5.0  # USS/PSS walk page tables: expensive
 DETAIL_MEMORY_BUDGET = 0.001  # at most 1 ms of CPU a second on them; see Sampler.sample
 DEVICE_REFRESH_INTERVAL_S = 5.0
-SAMPLE_TABLES = ("gpu_samples", "host_samples", "proc_samples")
 SATURATED_PCT = 95.0  # whole-machine CPU at or above which the sampler backs off
 RELAXED_PCT = 80.0  # ... and below which it returns to its rates
 MAX_SLOWDOWN = 8  # at most 8x slower: 2 Hz host sampling becomes one sample every 4 s
@@ -46,12 +46,15 @@ SLOWED_NOTE = "note-sampling-slowed"  # stored with the run, not raised: see NOT
 
 
 MAX_HZ = 100.0  # NVML buffers about 6 samples a second; psutil above 100 Hz costs the writer a core
+# The sampling rates unless a caller says (watch(), the callbacks, `collector run`): defined here only.
+DEFAULT_GPU_HZ = 10.0
+DEFAULT_HOST_HZ = 2.0
 
 
 @dataclass(frozen=True)
 class Rates:
-    gpu_hz: float = 10.0
-    host_hz: float = 2.0
+    gpu_hz: float = DEFAULT_GPU_HZ
+    host_hz: float = DEFAULT_HOST_HZ
 
     def __post_init__(self) -> None:
         for name in ("gpu_hz", "host_hz"):

@@ -12,13 +12,12 @@ from contextlib import contextmanager
 from typing import Any
 
 from collector.errors import CannotWrite, NotAStallwatchFile, SchemaTooNew
-from collector.store.schema import APP_ID, DDL, MIGRATIONS, SCHEMA_VERSION
+from collector.store.schema import APP_ID, DDL, MIGRATIONS, SAMPLE_TABLES, SCHEMA_VERSION
 
 BUSY_TIMEOUT_MS = 5_000
 
 Row = Sequence[Any]
 
-SAMPLE_TABLES = ("gpu_samples", "host_samples", "proc_samples")
 # an epochs row: run_id, epoch, started_at, ended_at, first_batch_s, batches, worker_pids, end_wait_s, collector_s
 EPOCH_FIELDS = 9
 
@@ -30,7 +29,7 @@ def batch_insert_sql(run_id: int, wall0_s: float, perf0_ns: int, extra: Sequence
     t_prev_return_ns); ``extra`` names the fields after those, each a
     ``batches`` column, except that a field ending in ``_ns`` is stored in
     seconds in its ``_s`` column. See NOTE [ Record layouts ] in
-    collector/writer/frames.py.
+    collector/writer/batch_records.py.
     """
     # NOTE [ Clocks in SQL ]
     # The raw perf_counter_ns values become ts, wait_s and step_s in the

@@ -12,7 +12,7 @@ from collector.errors import NotAStallwatchFile
 from collector.store.connection import Store
 from collector.store.export_queries import columns_of
 from collector.store.reader import Reader
-from collector.store.schema import RUN_DEFAULTS
+from collector.store.schema import RUN_DEFAULTS, SAMPLE_TABLES
 
 # NOTE [ Run identity ]
 # A run is the same run in two files when it has the same hostname, pid,
@@ -42,7 +42,6 @@ RUN_PROGRESS = (
     "job_id",
     "stage",
 )
-SAMPLE_TABLES = ("gpu_samples", "host_samples", "proc_samples")
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ def default_db_path(environ: Mapping[str, str] = os.environ) -> str:
 
 
 SCHEMA_VERSION = 4
+SAMPLE_TABLES = ("gpu_samples", "host_samples", "proc_samples")  # the tables the writer's Sampler fills
 
 # NOTE [ Schema versions ]
 # A file keeps the version it was created with until a newer stallwatch

@@ -47,7 +47,7 @@ def run_trial(
     on_tick: Callable[[], None] | None = None,
 ) -> Trial:
     """Measure ``setting``; an exception from the factory or the loader becomes ``Trial.error``."""
-    from collector.record.watch import watch
+    from collector.record.watch import watch_with
 
     started = clock()
     try:
@@ -63,7 +63,7 @@ def run_trial(
         iterators.append(it)
         return it
 
-    watched = watch(loader, db=spec.db, run=spec.name, gpu_hz=0.0, host_hz=HOST_HZ, tags=spec.tags, iterate=iterate)
+    watched = watch_with(loader, spec.db, spec.name, gpu_hz=0.0, host_hz=HOST_HZ, tags=spec.tags, iterate=iterate)
     meter = _Meter(clock, warmup_for(setting, spec.warmup_batches), spec.trial_s, getattr(loader, "batch_size", None))
     error = None
     try:

@@ -1,6 +1,7 @@
-"""The writer process: the frames of every run of one training process arrive on stdin and go into SQLite; replies leave on stdout.
+"""The code that runs inside the writer child: every run's frames come in on stdin, go into SQLite, replies go out on stdout.
 
-The monitor starts it (collector/writer/process.py); the writing itself is the Sink (collector/writer/sink.py).
+The training process spawns and watches it through collector/writer/process.py; the writing itself is the Sink
+(collector/writer/sink.py), one a run.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from collector.writer.frames import (
 from collector.writer.pipe import WAITED, FrameReader, write_frame
 from collector.writer.sink import PING_INTERVAL_S, Sink
 
-__all__ = ["Sink", "main"]
+__all__ = ["main"]
 
 # NOTE [ Writer process ]
 # Writing a row costs about 1.5 us of CPU, and Python's sqlite3 takes and

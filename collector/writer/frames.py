@@ -1,4 +1,4 @@
-"""The wire contract between the training process and the writer: every record layout, by name, and the frames."""
+"""The wire contract between the training process and the writer: the frames, their replies, and how they are encoded."""
 
 from __future__ import annotations
 
@@ -10,41 +10,12 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from collector.sample.sampler import Rates
+from collector.writer.batch_records import PAIR_BYTES, Record
 
-# NOTE [ Record layouts ]
-# Each hot-path loop builds the shortest tuple it can (every field costs the
-# training thread time: a measured choice, see NOTE [ Hot path ]), so records
-# are positional on the training thread. Their layouts are defined here, once,
-# by name; the loops that pack them (collector/record/session.py) and the
-# writer that turns them into rows (collector/store/connection.py, one
-# statement per layout with NULL for the fields it lacks) both read them here.
-# A field named *_ns is a clock or CPU reading in nanoseconds and is stored in
-# seconds, in the column of the same name ending in _s.
-#   fast       clocks only, from a plain loop's Timer (NOTE [ Compiled hot loop ])
-#   queue      fast + the loader's queue and the worker that produced the batch
-#   rich       queue + the batch's size and whether it is pinned
-#   sampled    rich + the loading threads' CPU and the training thread's wait for a
-#              core during next() (NOTE [ Loading CPU in the main process ]): batches also described
-#   described  as sampled, from the plain loop: its batch is also among a
-#              Timer's clock pairs, so it replaces that row and is not counted twice
-FAST = ("epoch", "idx", "t_request_ns", "t_return_ns", "t_prev_return_ns")
-QUEUE = (*FAST, "ready", "in_flight", "worker_id", "worker_pid", "worker_incarnation", "worker_seq")
-RICH = (*QUEUE, "samples", "nbytes", "pinned")
-SAMPLED = (*RICH, "load_cpu_ns", "load_runq_ns")
-LAYOUTS: dict[str, tuple[str, ...]] = {
-    "fast": FAST,
-    "queue": QUEUE,
-    "rich": RICH,
-    "sampled": SAMPLED,
-    "described": SAMPLED,
-}
 # A worker's fetch timing (NOTE [ Worker timing ]): float64 values in a shared-memory ring, then a frame.
 # An entry with seq < 0 is the worker's whole life, sent as it exits (NOTE [ Worker totals ]):
 # started_at, wall_s (its lifetime), cpu_s and runq_s, stored in worker_exits.
 FETCH = ("worker_pid", "worker_id", "incarnation", "seq", "started_at", "wall_s", "cpu_s", "runq_s")
-CLOCKS = len(FAST)  # every layout starts with the fast fields
-EPOCH, IDX, T_RETURN = FAST.index("epoch"), FAST.index("idx"), FAST.index("t_return_ns")
-PAIR_BYTES = 16  # a Timer's (t_request_ns, t_return_ns) pair: two int64
 
 FRAME_HEADER = struct.Struct("<I")
 
@@ -106,14 +77,14 @@ class Flush:
     """One flush interval's worth of records; written as one transaction.
 
     Rows carry no run id: the sink adds it. ``records`` maps a layout name
-    (NOTE [ Record layouts ]) to hot-path tuples, ``timed`` holds (epoch,
+    (NOTE [ Record layouts ] in collector/writer/batch_records.py) to hot-path tuples, ``timed`` holds (epoch,
     first idx, int64 clock pairs) from the plain loop's Timer (NOTE
     [ Compiled hot loop ]), ``fetches`` raw float64 ring segments (NOTE
     [ Timing rings ]), ``idle`` ((epoch, idx), gpu_idle_s) pairs. Samples are
     not in it: the Sink's own Sampler takes them.
     """
 
-    records: dict[str, list[tuple[Any, ...]]] = field(default_factory=dict)
+    records: dict[str, list[Record]] = field(default_factory=dict)
     timed: list[tuple[int, int, bytes]] = field(default_factory=list)
     epochs: list[EpochRow] = field(default_factory=list)
     fetches: list[bytes] = field(default_factory=list)

@@ -6,8 +6,8 @@ from typing import Protocol
 
 from collector.sample.sampler import HostFactory, NvmlFactory
 from collector.writer.channel import ProcessLink
-from collector.writer.child import Sink
 from collector.writer.frames import Flush, Open, Reply, RunCreated, open_failure
+from collector.writer.sink import Sink
 
 START_TIMEOUT_S = 15.0
 

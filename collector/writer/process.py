@@ -1,4 +1,4 @@
-"""The writer child process, one a training process: started with posix_spawn, fed frames without blocking, watched for silence."""
+"""The training process's handle on its writer child (``WriterProcess``): spawns it, feeds it frames without blocking, watches it for silence."""
 
 from __future__ import annotations
 

@@ -10,7 +10,6 @@ import sqlite3
 import time
 from array import array
 from collections.abc import Callable, Iterator
-from itertools import chain, repeat
 from typing import Any
 
 from collector.errors import StallwatchError
@@ -23,10 +22,9 @@ from collector.store.connection import (
     exit_insert_sql,
     fetch_insert_sql,
 )
+from collector.writer.batch_records import CLOCKS, LAYOUTS, Record, fast_records, ring_clocks
 from collector.writer.frames import (
-    CLOCKS,
     FETCH,
-    LAYOUTS,
     EpochRow,
     Flush,
     Open,
@@ -203,16 +201,13 @@ class Sink:
             ),
         ]
 
-    def _timed_rows(self, epoch: int, first: int, pairs: bytes) -> Iterator[tuple[Any, ...]]:
-        """Fast-shape rows (epoch, idx, t_request, t_return, t_prev_return) from a Timer's clock pairs."""
-        clocks = array("q")
-        clocks.frombytes(pairs)
-        t_request, t_return = clocks[0::2], clocks[1::2]
+    def _timed_rows(self, epoch: int, first: int, pairs: bytes) -> Iterator[Record]:
+        """Fast records from a Timer's clock pairs, each with the return before it where this writer saw it."""
+        t_request, t_return = ring_clocks(pairs)
         tail = self._tails.get(epoch)
         before = tail[1] if tail is not None and tail[0] == first - 1 else None  # lapped: unknown
         self._tails[epoch] = (first + len(t_return) - 1, t_return[-1])
-        prev = chain((before,), t_return[:-1])
-        return zip(repeat(epoch), range(first, first + len(t_return)), t_request, t_return, prev)
+        return fast_records(epoch, first, t_request, t_return, before)
 
     # NOTE [ Final state ]
     # The run's end (status, ended_at, the exact dropped counts) must reach the

@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from app.diagnosis import Unavailable
-from collector.diagnosis.findings import Report
+from collector.diagnosis.report_types import Report
 
 VERDICTS = {
     "input-bound": ("Input-bound", "The training loop is starved: it spends most of its time waiting for data."),

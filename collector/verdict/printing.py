@@ -69,7 +69,7 @@ def verdict_text(
     launch: str | None = None,
     waiting: Callable[[], None] = lambda: None,
 ) -> str:
-    """What ``print_verdicts`` prints, as text (the verdict's helper computes it: collector/cli/verdict_helper.py)."""
+    """What ``print_verdicts`` prints, as text (the verdict's helper computes it: collector/verdict/helper.py)."""
     out = io.StringIO()
     print_verdicts(db, runs, out, launch=launch, waiting=waiting)
     return out.getvalue()

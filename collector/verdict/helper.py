@@ -30,14 +30,14 @@ from collector.writer.spawn import end_child, forget_in_forks, raise_to_ours, st
 # the job fills) is ended and the verdict computed here, as before. So is one
 # that cannot start, dies, or stays silent for ANSWER_TIMEOUT_S. In a
 # distributed job rank 0's helper first waits for the other ranks' runs (up
-# to PEER_WAIT_S, collector/cli/verdict.py) and says "waiting" at each poll
+# to PEER_WAIT_S, collector/verdict/printing.py) and says "waiting" at each poll
 # meanwhile, so it is not given up on, only to wait for them again here.
 # Only a process that prints a verdict starts one (not ranks other than 0).
 # Forked DataLoader workers close their copies of its pipes, so the helper
 # sees its input end, and exits, when the training process is gone. It holds
 # about 100 MB (pandas, pyarrow, numpy) while the job runs.
 ANSWER_TIMEOUT_S = 10.0  # silence after which the helper is given up on; each heartbeat starts it again
-SERVE = "from collector.cli.verdict_helper import serve; serve()"
+SERVE = "from collector.verdict.helper import serve; serve()"
 READY = b"ready\n"
 WAITING = b"waiting\n"  # the heartbeat of a helper waiting for a distributed job's other ranks (PEER_WAIT_S)
 
@@ -144,7 +144,7 @@ def print_verdict_text(
     helper: VerdictHelper | None, db: str, runs: Runs, out: TextIO, launch: str | None = None
 ) -> None:
     """Print the verdict: the helper's text where it is ready, else the same text computed here. Ends the helper."""
-    from collector.cli.verdict import verdict_text
+    from collector.verdict.printing import verdict_text
 
     text = None if helper is None else helper.text(db, runs, launch)
     out.write(verdict_text(db, runs, launch=launch) if text is None else text)
@@ -159,8 +159,8 @@ def prints_verdict(environ: dict[str, str] | os._Environ[str] = os.environ) -> b
 def serve() -> None:
     """In the helper: import the diagnosis, say ready, answer one question (db, runs, launch) with the verdict's text."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    from collector.cli.verdict import verdict_text
-    from collector.diagnosis import diagnose_job  # noqa: F401 - pandas and every rule, imported while the job runs
+    from collector.diagnosis import diagnose_data, diagnose_job  # noqa: F401 - pandas and every rule, imported while the job runs
+    from collector.verdict.printing import verdict_text
 
     _say(READY)
     request = sys.stdin.buffer.readline()

@@ -1,9 +1,11 @@
-"""What a diagnosis returns: symptoms with evidence, suggestions with expected speed-up."""
+"""The types a diagnosis returns: the Report, its symptoms with evidence and suggestions with expected speed-up."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, get_args
+
+from collector.diagnosis.code_line import code_change
 
 Verdict = Literal["input-bound", "partly-input-bound", "not-input-bound", "insufficient-data"]
 Severity = Literal["low", "medium", "high"]
@@ -62,11 +64,6 @@ class Report:
 
         In the framework's own terms when the run came from one: Hugging Face's
         ``TrainingArguments(..., dataloader_num_workers=6)``, Lightning's
-        ``*_dataloader()`` hook. See collector/diagnosis/advice.py.
+        ``*_dataloader()`` hook. See collector/diagnosis/code_line.py.
         """
-        from collector.diagnosis.advice import code_change
-
-        return code_change(self)
-
-
-LOADER_ARGS = ("batch_size", "num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "shuffle", "sampler")
+        return code_change(((s.parameter, s.suggested) for s in self.suggestions), self.run)

@@ -1,0 +1,89 @@
+"""``diagnose_data``: measure a run's tables, apply every rule, and assemble the Report."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from collector.diagnosis import rules_cpu, rules_loop, rules_memory, rules_workers
+from collector.diagnosis.data import RunData
+from collector.diagnosis.model import DEFAULT_HANDOFF_S, build_model
+from collector.diagnosis.report_types import Report, Symptom
+from collector.diagnosis.sharing import shared_cores
+from collector.diagnosis.stats import measure
+from collector.diagnosis.suggest import suggest
+from collector.diagnosis.summary import summary
+from collector.diagnosis.verdict import verdict
+
+RUN_KEYS = ("id", "name", "started_at", "ended_at", "error", "rank", "world_size", "job_id", "stage")
+CONTENDED_CORES = 0.5  # other processes' busy cores worth a note
+SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2}
+
+
+def diagnose_data(data: RunData) -> Report:
+    """The pure part: tables in, Report out."""
+    facts = measure(data)
+    run = {key: data.run.get(key) for key in RUN_KEYS}
+    run["status"] = data.run.get("state") or data.run.get("status")
+    run["framework"] = (data.run.get("tags") or {}).get("framework")
+    run["config"] = data.config
+    run["host"] = data.host_facts
+    word = verdict(facts)
+    notes = _state_notes(data.run)
+    if word == "insufficient-data":
+        notes.append(f"only {facts.batches} batches recorded: too few to name symptoms; record a longer run")
+        return Report(run=run, summary=summary(facts, data), verdict=word, notes=tuple(notes))
+    worker_bytes = rules_memory.worker_private_bytes(data.procs)
+    if worker_bytes is None and facts.num_workers == 0:
+        worker_bytes = rules_memory.main_rss_bytes(data.procs)  # a forked worker copies at most this
+    model = build_model(facts, worker_bytes=worker_bytes)
+    shared = shared_cores(facts, model.handoff_s if model is not None else DEFAULT_HANDOFF_S)
+    found: list[Symptom | None] = [
+        rules_loop.input_bound(data, facts),
+        rules_loop.gpu_util_sawtooth(data, facts),
+        rules_loop.single_core_saturated(data, facts),
+        rules_workers.workers_exceed_cores(facts, model),
+        rules_memory.memory_pressure(data, facts),
+        rules_loop.epoch_start_stall(data, facts),
+        rules_memory.pageable_memory(facts),
+        rules_workers.worker_imbalance(data, facts),
+        rules_workers.prefetch_too_shallow(data, facts, model),
+        rules_workers.io_bound_fetch(facts, model),
+        rules_cpu.cpu_contention(facts, shared),
+    ]
+    symptoms = sorted((s for s in found if s is not None), key=lambda s: SEVERITY_ORDER.get(s.severity, 3))
+    loader = {**data.config, "stage": run["stage"], "framework": run["framework"]}
+    suggestions, more = suggest(facts, model, {s.id: s for s in symptoms}, loader=loader, shared=shared)
+    notes += more
+    if facts.background_cores >= CONTENDED_CORES:
+        notes.append(
+            f"Other processes kept about {facts.background_cores:.1f} of the {facts.usable_cores} usable cores busy: "
+            "timings include waiting for a core, which blurs CPU-bound and I/O-bound loading"
+        )
+    idle = rules_workers.idle_workers_note(facts, model, rules_memory.worker_private_bytes(data.procs))
+    if idle and not any(s.parameter == "num_workers" for s in suggestions):
+        notes.append(idle)
+    if word == "not-input-bound" and not suggestions:
+        notes.insert(
+            0,
+            f"Not starved: after warm-up the loop waited for data {facts.input_fraction:.1%} of the time; "
+            "no DataLoader change would pay.",
+        )
+    return Report(
+        run=run,
+        summary=summary(facts, data),
+        verdict=word,
+        symptoms=tuple(symptoms),
+        suggestions=tuple(suggestions),
+        notes=tuple(notes),
+    )
+
+
+def _state_notes(run: dict[str, Any]) -> list[str]:
+    state = run.get("state")
+    if state == "running":
+        return ["live: the run is still being recorded; this covers what was recorded so far"]
+    if state == "stopped":
+        return ["the run stopped without closing (killed?): this covers what was recorded"]
+    if state in ("crashed", "interrupted"):
+        return [f"the run {state}" + (f": {run['error']}" if run.get("error") else "")]
+    return []
