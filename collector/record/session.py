@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from multiprocessing import get_context
 from typing import Any
 
-from collector.record import cuda_idle, exits, loader_probe
+from collector.record import cuda_idle, exits, loader_probe, worker_timing
 from collector.record.batchinfo import describe_batch
 from collector.record.cuda_idle import IdleResolver
 from collector.record.exits import SIGINT_EXIT, error_text, exit_code
@@ -135,7 +135,10 @@ class Session:
             it, iter_ns = self._open_iterator()
         finally:
             self.start()  # NOTE [ Started after the fork ]
-        probe = loader_probe.attach(it) if getattr(self.loader, "num_workers", 0) else None
+        probe = None
+        if getattr(self.loader, "num_workers", 0):
+            probe = loader_probe.attach(it, self.monitor.warn)
+            self._check_worker_timing(it)
         pids = [] if probe is None else probe.worker_pids()
         threads = torch_threads()
         cuda = cuda_idle.cuda_active()
@@ -151,11 +154,12 @@ class Session:
         """The loader's iterator, and the nanoseconds its own iter() took."""
         loader = self.loader
         workers = getattr(loader, "num_workers", 0)
-        if not workers or getattr(loader, "_iterator", None) is not None or not hasattr(loader, "worker_init_fn"):
+        if not workers or not hasattr(loader, "worker_init_fn") or self._timing_unsupported():
             t0 = time.perf_counter_ns()
             return self._iterate(loader), time.perf_counter_ns() - t0
-        # Fresh worker processes start in iter(): hand them the timing hook for
-        # this call only, so the user's loader keeps its own worker_init_fn.
+        # Worker processes that start in iter() get the timing hook for this
+        # call only, so the user's loader keeps its own worker_init_fn; workers
+        # that already run (persistent ones) keep the hook they started with.
         # See NOTE [ Worker timing ].
         rings = self.shared.timing_rings
         if rings is None:
@@ -167,6 +171,24 @@ class Session:
             return self._iterate(loader), time.perf_counter_ns() - t0
         finally:
             loader.worker_init_fn = original
+
+    def _timing_unsupported(self) -> bool:
+        reason = worker_timing.not_supported()
+        if reason is not None:
+            self.monitor.warn("worker-timing", f"worker fetch times (worker_fetches) are not recorded: {reason}")
+        return reason is not None
+
+    def _check_worker_timing(self, it: Iterator[Any]) -> None:
+        """Warn once if this epoch's workers were started by anything but our iter(): their fetches go untimed."""
+        rings = self.shared.timing_rings
+        if rings is None or worker_timing.hooked(it, rings) is not False:
+            return
+        self.monitor.warn(
+            "worker-timing",
+            f"{type(self.loader).__name__} started worker processes outside the loop's iter() (a StatefulDataLoader "
+            "does in state_dict() before its first epoch, as accelerate's prepare() calls it), so the fetches of "
+            "those workers are not timed (no worker_fetches rows); worker ids and queue depth are recorded",
+        )
 
     # NOTE [ Hot path ]
     # Per batch the training thread reads the clock twice and keeps both
