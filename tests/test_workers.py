@@ -241,13 +241,12 @@ def test_workers_that_cannot_install_their_timing_still_serve_every_batch_and_ru
 def test_a_torch_whose_fetches_cannot_be_timed_records_the_rest_and_stores_why(db_path, monkeypatch):
     from collector.record import worker_timing
 
-    monkeypatch.setattr(worker_timing, "not_supported", lambda: "torch.utils.data._DatasetKind has no create_fetcher")
+    reason = "worker fetch times (worker_fetches) are not recorded: torch.utils.data._DatasetKind has no create_fetcher"
+    monkeypatch.setattr(worker_timing, "not_supported", lambda: reason)
     with pytest.warns(collector.CollectorWarning, match="no create_fetcher"):
         run_id = record(DataLoader(SlowDataset(8), batch_size=2, num_workers=2), db_path)
     reader = Reader(db_path)
     batches = reader.batches(run_id)
     assert len(batches) == 4 and batches.worker_id.notna().all() and batches.ready.notna().all()
     assert batches.worker_wall_s.isna().all()
-    assert reader.run(run_id)["warnings"] == [
-        "worker fetch times (worker_fetches) are not recorded: torch.utils.data._DatasetKind has no create_fetcher"
-    ]
+    assert reader.run(run_id)["warnings"] == [reason]

@@ -1,11 +1,14 @@
-"""The one adapter to private DataLoader iterator state: queue depth and worker ids."""
+"""The one adapter to private DataLoader iterator state: queue depth, worker ids, whether its workers are timed."""
 
 from __future__ import annotations
 
+import functools
 import sys
 import weakref
 from collections.abc import Callable
 from typing import Any
+
+from collector.record.worker_timing import TimingRings, WorkerHook
 
 Warn = Callable[[str, str], None]  # (key, message): stored with the run, warned once per key; never raises
 
@@ -140,6 +143,29 @@ def attach(iterator: Any, warn: Warn) -> Probe | None:
             return None
     probe.new_epoch()
     return probe
+
+
+def untimed(iterator: Any, rings: TimingRings | None, loader_name: str) -> str | None:
+    """Why the workers of ``iterator`` do not time their fetches into ``rings``; None when they do, or it cannot say.
+
+    torch (and torchdata) keep the loader's ``worker_init_fn`` as ``_worker_init_fn``,
+    inside a ``functools.partial`` for DataPipes: our hook is there only if the
+    workers started in our iter() (NOTE [ Worker timing ]).
+    """
+    init_fn = getattr(iterator, "_worker_init_fn", _MISSING)
+    if rings is None or init_fn is _MISSING:
+        return None
+    candidates = [init_fn, *init_fn.args] if isinstance(init_fn, functools.partial) else [init_fn]
+    if any(isinstance(c, WorkerHook) and c.rings is rings for c in candidates):
+        return None
+    return (
+        f"{loader_name} started worker processes outside the loop's iter() (a StatefulDataLoader does in "
+        "state_dict() before its first epoch, as accelerate's prepare() calls it), so the fetches of those "
+        "workers are not timed (no worker_fetches rows); worker ids and queue depth are recorded"
+    )
+
+
+_MISSING = object()
 
 
 def _is_dataloader_iterator(iterator: Any) -> bool:

@@ -138,7 +138,9 @@ class Session:
         probe = None
         if getattr(self.loader, "num_workers", 0):
             probe = loader_probe.attach(it, self.monitor.warn)
-            self._check_worker_timing(it)
+            untimed = loader_probe.untimed(it, self.shared.timing_rings, type(self.loader).__name__)
+            if untimed is not None:
+                self.monitor.warn("worker-timing", untimed)
         pids = [] if probe is None else probe.worker_pids()
         threads = torch_threads()
         cuda = cuda_idle.cuda_active()
@@ -154,7 +156,10 @@ class Session:
         """The loader's iterator, and the nanoseconds its own iter() took."""
         loader = self.loader
         workers = getattr(loader, "num_workers", 0)
-        if not workers or not hasattr(loader, "worker_init_fn") or self._timing_unsupported():
+        unsupported = worker_timing.not_supported() if workers else None
+        if unsupported is not None:
+            self.monitor.warn("worker-timing", unsupported)
+        if not workers or not hasattr(loader, "worker_init_fn") or unsupported is not None:
             t0 = time.perf_counter_ns()
             return self._iterate(loader), time.perf_counter_ns() - t0
         # Worker processes that start in iter() get the timing hook for this
@@ -171,24 +176,6 @@ class Session:
             return self._iterate(loader), time.perf_counter_ns() - t0
         finally:
             loader.worker_init_fn = original
-
-    def _timing_unsupported(self) -> bool:
-        reason = worker_timing.not_supported()
-        if reason is not None:
-            self.monitor.warn("worker-timing", f"worker fetch times (worker_fetches) are not recorded: {reason}")
-        return reason is not None
-
-    def _check_worker_timing(self, it: Iterator[Any]) -> None:
-        """Warn once if this epoch's workers were started by anything but our iter(): their fetches go untimed."""
-        rings = self.shared.timing_rings
-        if rings is None or worker_timing.hooked(it, rings) is not False:
-            return
-        self.monitor.warn(
-            "worker-timing",
-            f"{type(self.loader).__name__} started worker processes outside the loop's iter() (a StatefulDataLoader "
-            "does in state_dict() before its first epoch, as accelerate's prepare() calls it), so the fetches of "
-            "those workers are not timed (no worker_fetches rows); worker ids and queue depth are recorded",
-        )
 
     # NOTE [ Hot path ]
     # Per batch the training thread reads the clock twice and keeps both

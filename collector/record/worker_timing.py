@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import multiprocessing
 import os
 import sys
@@ -135,26 +134,12 @@ def not_supported() -> str | None:
     try:
         from torch.utils.data import _DatasetKind
     except ImportError as exc:
-        return f"torch.utils.data has no _DatasetKind ({exc})"
+        return f"worker fetch times (worker_fetches) are not recorded: torch.utils.data has no _DatasetKind ({exc})"
     if not callable(getattr(_DatasetKind, "create_fetcher", None)):
-        return "torch.utils.data._DatasetKind has no create_fetcher"
+        return (
+            "worker fetch times (worker_fetches) are not recorded: torch.utils.data._DatasetKind has no create_fetcher"
+        )
     return None
-
-
-def hooked(iterator: Any, rings: TimingRings) -> bool | None:
-    """Whether the workers of ``iterator`` time their fetches into ``rings``; None where the iterator does not say.
-
-    torch (and torchdata) keep the loader's ``worker_init_fn`` as ``_worker_init_fn``,
-    inside a ``functools.partial`` for DataPipes.
-    """
-    init_fn = getattr(iterator, "_worker_init_fn", _MISSING)
-    if init_fn is _MISSING:
-        return None
-    candidates = [init_fn, *init_fn.args] if isinstance(init_fn, functools.partial) else [init_fn]
-    return any(isinstance(c, WorkerHook) and c.rings is rings for c in candidates)
-
-
-_MISSING = object()
 
 
 def _install(rings: TimingRings, worker_id: int) -> None:
