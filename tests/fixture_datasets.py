@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 
 class SlowDataset(Dataset[torch.Tensor]):
@@ -59,3 +60,40 @@ class HelperThreadDataset(Dataset[torch.Tensor]):
         helper.start()
         helper.join()
         return torch.tensor([float(index)])
+
+
+class Stream(IterableDataset[torch.Tensor]):
+    """``0 .. length-1``, each worker its own stride of it; ``stateful``: its iterator saves and restores its place."""
+
+    def __init__(self, length: int, stateful: bool = True) -> None:
+        self.length = length
+        self.stateful = stateful
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        info = get_worker_info()
+        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        place = StreamPlace(list(range(worker, self.length, workers)))
+        return place if self.stateful else iter(list(place))
+
+
+class StreamPlace:
+    """A stream's iterator with ``state_dict``/``load_state_dict``: torchdata resumes it in place of fast-forwarding."""
+
+    def __init__(self, items: list[int]) -> None:
+        self.items = items
+        self.pos = 0
+
+    def __iter__(self) -> StreamPlace:
+        return self
+
+    def __next__(self) -> torch.Tensor:
+        if self.pos >= len(self.items):
+            raise StopIteration
+        self.pos += 1
+        return torch.tensor([float(self.items[self.pos - 1])])
+
+    def state_dict(self) -> dict[str, int]:
+        return {"pos": self.pos}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.pos = state["pos"]

@@ -119,6 +119,47 @@ def test_autowatch_leaves_a_loader_the_script_watches_itself_to_that_watch(db_pa
     assert query(db_path, "SELECT name FROM runs") == [("mine",)]
 
 
+class OwnLoop(DataLoader):  # type: ignore[type-arg]
+    """Defines __init__ and __iter__ and calls neither of DataLoader's, as torchdata's StatefulDataLoader does."""
+
+    def __init__(self, data: list[int]) -> None:
+        self.data = data
+        self.num_workers = 0
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter([self.data[i : i + 2] for i in range(0, len(self.data), 2)])
+
+    def __len__(self) -> int:
+        return (len(self.data) + 1) // 2
+
+
+def test_autowatch_records_subclasses_with_their_own_init_and_iter_defined_before_or_after_it_starts(
+    db_path: str,
+) -> None:
+    auto = AutoWatch(db_path, Rates(gpu_hz=0, host_hz=0), tags={}, cwd=os.path.dirname(__file__))
+    auto.install()
+    try:
+
+        class Later(OwnLoop):
+            def __iter__(self):  # type: ignore[no-untyped-def]
+                for batch in super().__iter__():  # reaches OwnLoop's patched __iter__ too, from a generator
+                    yield [x * 10 for x in batch]
+
+        before = OwnLoop([1, 2, 3])
+        line = sys._getframe().f_lineno - 1
+        after = Later([1, 2, 3])
+        assert list(before) == [[1, 2], [3]]
+        assert list(after) == [[10, 20], [30]]
+    finally:
+        auto.uninstall()
+    auto.close()
+    assert [origin for origin, _ in auto.run_ids()] == [f"test_run_cli.py:{line}", f"test_run_cli.py:{line + 2}"]
+    assert query(db_path, "SELECT run_id, COUNT(*) FROM batches GROUP BY run_id") == [(1, 2), (2, 2)]  # once each
+    assert query(db_path, "SELECT COUNT(*) FROM epochs") == [(2,)]
+    assert "autowatch" not in OwnLoop.__iter__.__module__ and "autowatch" not in Later.__init__.__module__
+    assert "__init_subclass__" not in DataLoader.__dict__  # every patch put back
+
+
 @pytest.mark.parametrize("args", [["-m"], []])
 def test_run_without_a_target_says_what_to_give(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     from collector.cli import main

@@ -9,6 +9,8 @@ from fixture_datasets import SlowDataset
 from torch.utils.data import DataLoader
 
 import collector
+from collector.record import loader_probe
+from collector.record.worker_timing import TimedFetcher, TimingRings
 from collector.store.reader import Reader
 
 
@@ -137,3 +139,115 @@ def test_unknown_iterator_internals_degrade_to_null_queue_and_worker_fields(db_p
     batches = Reader(db_path).batches(run_id)
     assert len(batches) == 3
     assert batches.ready.isna().all() and batches.worker_id.isna().all()
+
+
+class ThreeArgumentIterator:
+    """A DataLoader iterator whose _process_data takes more than torch's (data, worker_idx), as torchdata's does."""
+
+    def __init__(self) -> None:
+        self._num_workers = 2
+        self.calls: list[tuple[object, ...]] = []
+
+    def _process_data(self, data, worker_id, state_dict, *, flag=None):
+        self.calls.append((data, worker_id, state_dict, flag))
+        if data == "broken":
+            raise ValueError("corrupt sample 3")
+        return f"{data}!"
+
+
+def test_a_probe_forwards_a_process_data_signature_it_does_not_know_and_raises_only_what_it_raised():
+    it = ThreeArgumentIterator()
+    stored: list[tuple[str, str]] = []
+    probe = loader_probe.attach(it, lambda key, message: stored.append((key, message)))
+    assert probe is not None
+    assert it._process_data("a", 1, {"pos": 3}, flag=True) == "a!"
+    assert it.calls == [("a", 1, {"pos": 3}, True)]
+    assert probe.last == (1, 0)  # worker 1's first batch
+    assert it._process_data("b", 1, None) == "b!" and probe.last == (1, 1)
+    with pytest.raises(ValueError, match="corrupt sample 3"):  # the loader's own exception, as it was
+        it._process_data("broken", 0, None)
+    assert stored == []
+
+
+def test_a_process_data_call_without_a_worker_id_keeps_its_batch_and_stores_why_it_has_no_worker():
+    it = ThreeArgumentIterator()
+    stored: list[tuple[str, str]] = []
+    probe = loader_probe.attach(it, lambda key, message: stored.append((key, message)))
+    assert probe is not None
+    it._process_data("a", 0, None)
+    assert it._process_data(data="c", worker_id=1, state_dict=None) == "c!"  # by keyword: a shape we do not know
+    assert probe.last is None  # the batch is stored without a worker, not with the previous batch's
+    assert [key for key, _ in stored] == ["worker-ids"]
+    assert "_process_data was called with 0 positional argument(s) and data, state_dict, worker_id" in stored[0][1]
+
+
+def test_a_torch_iterator_without_the_fields_the_probe_reads_is_recorded_without_them_and_says_so():
+    from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+    class Renamed(_BaseDataLoaderIter):
+        def __init__(self) -> None:  # none of torch's private state
+            pass
+
+    stored: list[tuple[str, str]] = []
+    assert loader_probe.attach(Renamed(), lambda key, message: stored.append((key, message))) is None
+    assert [key for key, _ in stored] == ["queue-fields"]
+    assert loader_probe.attach(ForeignIterator([1]), lambda key, message: stored.append((key, message))) is None
+    assert len(stored) == 1  # another iterable's iterator: nothing of torch's to miss
+
+
+class PlainFetcher:
+    def __init__(self) -> None:
+        self.dataset_iter = iter(range(3))
+        self.ended = False
+
+    def fetch(self, index):
+        return next(self.dataset_iter)
+
+
+def test_a_timed_fetcher_writes_through_to_the_fetcher_it_wraps_so_a_restored_stream_resumes():
+    inner = PlainFetcher()
+    timed = TimedFetcher(inner, TimingRings(multiprocessing.get_context("fork"), 1), worker_id=0, incarnation=0)
+    resumed = iter(range(10, 13))
+    timed.dataset_iter = resumed  # what torchdata's worker does when it restores a stream mid-epoch
+    timed.ended = True
+    assert inner.dataset_iter is resumed and inner.ended is True
+    assert timed.fetch(None) == 10 and timed.dataset_iter is resumed
+    del timed.ended
+    assert not hasattr(inner, "ended")
+
+
+def test_workers_that_cannot_install_their_timing_still_serve_every_batch_and_run_the_users_init(
+    db_path, tmp_path, monkeypatch
+):
+    from collector.record import worker_timing
+
+    def moved(rings, worker_id):
+        raise AttributeError("type object '_DatasetKind' has no attribute 'create_fetcher'")
+
+    monkeypatch.setattr(worker_timing, "_install", moved)  # forked workers inherit it
+    marker = tmp_path / "inits"
+    marker.mkdir()
+    fork = multiprocessing.get_context("fork")
+    loader = DataLoader(SlowDataset(8), batch_size=2, num_workers=2, multiprocessing_context=fork)
+    loader.worker_init_fn = TouchInit(str(marker))
+    expected = [b.tolist() for b in DataLoader(SlowDataset(8), batch_size=2)]
+    with collector.watch(loader, db=db_path, gpu_hz=0, host_hz=0) as watched:
+        assert [b.tolist() for b in watched] == expected
+        run_id = watched.run_id
+    assert sorted(p.name for p in marker.iterdir()) == ["0", "1"]
+    batches = Reader(db_path).batches(run_id)
+    assert batches.worker_id.notna().all() and batches.worker_wall_s.isna().all()
+
+
+def test_a_torch_whose_fetches_cannot_be_timed_records_the_rest_and_stores_why(db_path, monkeypatch):
+    from collector.record import worker_timing
+
+    reason = "worker fetch times (worker_fetches) are not recorded: torch.utils.data._DatasetKind has no create_fetcher"
+    monkeypatch.setattr(worker_timing, "not_supported", lambda: reason)
+    with pytest.warns(collector.CollectorWarning, match="no create_fetcher"):
+        run_id = record(DataLoader(SlowDataset(8), batch_size=2, num_workers=2), db_path)
+    reader = Reader(db_path)
+    batches = reader.batches(run_id)
+    assert len(batches) == 4 and batches.worker_id.notna().all() and batches.ready.notna().all()
+    assert batches.worker_wall_s.isna().all()
+    assert reader.run(run_id)["warnings"] == [reason]

@@ -16,6 +16,7 @@ from typing import Any
 
 from collector.errors import CollectorWarning
 from collector.record import frameworks
+from collector.record.family_patch import FamilyPatch
 from collector.record.origin import PACKAGE_DIR
 from collector.record.session import Session
 from collector.sample.sampler import Rates
@@ -69,7 +70,8 @@ def _ids(sessions: list[tuple[str, Session]]) -> list[tuple[str, int | None]]:
 
 
 class AutoWatch:
-    """Patches ``DataLoader.__init__`` (to learn where each is created) and ``__iter__`` (to record it)."""
+    """Patches ``__init__`` (to learn where each loader is created) and ``__iter__`` (to record it) of
+    DataLoader and of every subclass that defines its own: see NOTE [ Overrides ] in family_patch.py."""
 
     def __init__(
         self,
@@ -92,47 +94,67 @@ class AutoWatch:
         self._origins: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
         self._by_loader: weakref.WeakKeyDictionary[Any, Session] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
-        self._originals: tuple[Callable[..., Any], Callable[..., Any]] | None = None
+        self._patch: FamilyPatch | None = None
         self._warned = False
 
     def install(self) -> None:
-        """Patch the class; a no-op while another AutoWatch has it (``collector run`` with a callback inside)."""
+        """Patch the classes; a no-op while another AutoWatch has them (``collector run`` with a callback inside)."""
         global active
-        if self._originals is not None or active is not None:
+        if self._patch is not None or active is not None:
             return
-        original_init = self.cls.__init__
-        original_iter: Callable[[Any], Iterator[Any]] = self.cls.__iter__
-        self._originals = (original_init, original_iter)
         active = self
+        self._patch = FamilyPatch(self.cls, {"__init__": self._wrap_init, "__iter__": self._wrap_iter})
+        self._patch.install()
+
+    def uninstall(self) -> None:
+        global active
+        if self._patch is None:
+            return
+        self._patch.uninstall()
+        self._patch = None
+        if active is self:
+            active = None
+
+    # NOTE [ Invisible patch ]
+    # Lightning reads inspect.signature(type(loader).__init__) to rebuild a
+    # loader (sampler injection, predict), and wraps __init__ itself to save
+    # its arguments: functools.wraps keeps the name, the docstring and,
+    # through __wrapped__, the signature that inspect reports. The wrapper's
+    # first argument is named self, as the method's, so origin() steps over
+    # it with the other __init__ frames of the loader being built.
+
+    def _wrap_init(self, original_init: Callable[..., None]) -> Callable[..., None]:
         auto = self
 
-        # NOTE [ Invisible patch ]
-        # Lightning reads inspect.signature(type(loader).__init__) to rebuild a
-        # loader (sampler injection, predict), and wraps __init__ itself to save
-        # its arguments: functools.wraps keeps the name, the docstring and,
-        # through __wrapped__, the signature that inspect reports.
         @functools.wraps(original_init)
-        def __init__(loader: Any, *args: Any, **kwargs: Any) -> None:
-            original_init(loader, *args, **kwargs)
-            auto._origins[loader] = auto.origin(sys._getframe(1), loader)
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            original_init(self, *args, **kwargs)
+            auto._origins[self] = auto.origin(sys._getframe(1), self)  # a subclass's outer __init__ sets it last
+
+        return __init__
+
+    # NOTE [ Outermost override ]
+    # A subclass's __iter__ that calls super().__iter__() (at once, or later
+    # from a generator) reaches DataLoader's wrapper inside its own: each
+    # iteration is recorded once, by the wrapper type(loader).__iter__
+    # resolves to, and the ones it reaches pass straight through. Where what
+    # type(loader).__iter__ resolves to is not ours (a mixin's __iter__,
+    # outside the family), the first wrapper of ours it calls records.
+
+    def _wrap_iter(self, original_iter: Callable[[Any], Iterator[Any]]) -> Callable[[Any], Iterator[Any]]:
+        auto = self
 
         @functools.wraps(original_iter)
         def __iter__(loader: Any) -> Iterator[Any]:
             called_ns = time.perf_counter_ns()  # NOTE [ The collector's own time ] in collector/record/session.py
+            patch = auto._patch
+            outer = type(loader).__iter__
+            if patch is None or (outer is not __iter__ and patch.is_ours(outer)):
+                return original_iter(loader)  # See NOTE [ Outermost override ]
             session = auto._session_for(loader, original_iter, sys._getframe(1))
             return original_iter(loader) if session is None else session.epoch(called_ns, owner=loader)
 
-        self.cls.__init__ = __init__
-        self.cls.__iter__ = __iter__
-
-    def uninstall(self) -> None:
-        global active
-        if self._originals is None:
-            return
-        self.cls.__init__, self.cls.__iter__ = self._originals
-        self._originals = None
-        if active is self:
-            active = None
+        return __iter__
 
     def close(self) -> None:
         """Flush every run this script made and mark it ended. Idempotent."""

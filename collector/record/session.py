@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from multiprocessing import get_context
 from typing import Any
 
-from collector.record import cuda_idle, exits, loader_probe
+from collector.record import cuda_idle, exits, loader_probe, worker_timing
 from collector.record.cuda_idle import IdleResolver
 from collector.record.exits import SIGINT_EXIT, error_text, exit_code
 from collector.record.full_loop import FullLoop
@@ -126,7 +126,12 @@ class Session:
             it, iter_ns = self._open_iterator()
         finally:
             self.start()  # NOTE [ Started after the fork ]
-        probe = loader_probe.attach(it) if getattr(self.loader, "num_workers", 0) else None
+        probe = None
+        if getattr(self.loader, "num_workers", 0):
+            probe = loader_probe.attach(it, self.monitor.warn)
+            untimed = loader_probe.untimed(it, self.shared.timing_rings, type(self.loader).__name__)
+            if untimed is not None:
+                self.monitor.warn("worker-timing", untimed)
         pids = [] if probe is None else probe.worker_pids()
         threads = torch_threads()
         cuda = cuda_idle.cuda_active()
@@ -142,11 +147,15 @@ class Session:
         """The loader's iterator, and the nanoseconds its own iter() took."""
         loader = self.loader
         workers = getattr(loader, "num_workers", 0)
-        if not workers or getattr(loader, "_iterator", None) is not None or not hasattr(loader, "worker_init_fn"):
+        unsupported = worker_timing.not_supported() if workers else None
+        if unsupported is not None:
+            self.monitor.warn("worker-timing", unsupported)
+        if not workers or not hasattr(loader, "worker_init_fn") or unsupported is not None:
             t0 = time.perf_counter_ns()
             return self._iterate(loader), time.perf_counter_ns() - t0
-        # Fresh worker processes start in iter(): hand them the timing hook for
-        # this call only, so the user's loader keeps its own worker_init_fn.
+        # Worker processes that start in iter() get the timing hook for this
+        # call only, so the user's loader keeps its own worker_init_fn; workers
+        # that already run (persistent ones) keep the hook they started with.
         # See NOTE [ Worker timing ].
         rings = self.shared.timing_rings
         if rings is None:

@@ -17,7 +17,10 @@ from collector.writer.frames import FETCH
 # torch's worker loop (torch/utils/data/_utils/worker.py) calls
 # ``init_fn(worker_id)`` and then ``_DatasetKind.create_fetcher(...)``, and it
 # creates the fetcher again on every ``_ResumeIteration`` (persistent workers,
-# once per later epoch). ``WorkerHook`` runs as that init_fn inside the worker
+# once per later epoch); torchdata's StatefulDataLoader worker loop
+# (torchdata/stateful_dataloader/worker.py) does the same, restoring a
+# worker's state onto the fetcher it creates (NOTE [ A fetcher's own
+# attributes ]). ``WorkerHook`` runs as that init_fn inside the worker
 # and wraps ``create_fetcher`` in that process only, so each fetcher it returns
 # times ``fetch(index)``: ``__getitem__`` plus collate, wall clock and the
 # thread's CPU time. Each fetch writes one entry
@@ -117,10 +120,26 @@ class WorkerHook:
         self.user_init_fn = user_init_fn
 
     def __call__(self, worker_id: int) -> None:
-        _install(self.rings, worker_id)
+        try:
+            _install(self.rings, worker_id)
+        except (ImportError, AttributeError, TypeError):  # the main process checked: see not_supported
+            pass
         _report_at_exit(self.rings, worker_id)
         if self.user_init_fn is not None:
             self.user_init_fn(worker_id)
+
+
+def not_supported() -> str | None:
+    """Why fetches in workers cannot be timed with this torch, or None when they can (checked in the main process)."""
+    try:
+        from torch.utils.data import _DatasetKind
+    except ImportError as exc:
+        return f"worker fetch times (worker_fetches) are not recorded: torch.utils.data has no _DatasetKind ({exc})"
+    if not callable(getattr(_DatasetKind, "create_fetcher", None)):
+        return (
+            "worker fetch times (worker_fetches) are not recorded: torch.utils.data._DatasetKind has no create_fetcher"
+        )
+    return None
 
 
 def _install(rings: TimingRings, worker_id: int) -> None:
@@ -168,30 +187,58 @@ def _report_at_exit(rings: TimingRings, worker_id: int) -> None:
         pass
 
 
+# NOTE [ A fetcher's own attributes ]
+# The worker loop treats the timed fetcher as torch's own: torchdata's reads
+# ``fetcher.dataset_iter`` and ``fetcher.ended`` for a worker's state_dict,
+# and on a mid-epoch restore *assigns* ``fetcher.dataset_iter`` (the stream
+# resumed where it stopped) and ``fetcher.ended``. So every attribute but
+# the wrapper's own slots is read from, written to and deleted on the inner
+# fetcher: kept on the wrapper, a restored stream would be reported but not
+# fetched from, and would restart. ``fetch`` forwards whatever it is given.
+
+
 class TimedFetcher:
     """Wraps a torch fetcher; reports each fetch's wall time, CPU and wait for a core."""
 
+    __slots__ = ("_inner", "_key", "_read", "_seq", "_wall_offset", "_worker_id", "_write")
+    _inner: Any
+    _key: tuple[float, float, float]
+    _read: Callable[[], bytes | float]
+    _seq: int
+    _wall_offset: float
+    _worker_id: int
+    _write: Callable[[int, Entry], None]
+
     def __init__(self, inner: Any, rings: TimingRings, worker_id: int, incarnation: int) -> None:
-        self._inner = inner
-        self._write = rings.write
-        self._worker_id = worker_id
-        self._key = (float(os.getpid()), float(worker_id), float(incarnation))
-        self._seq = 0
+        own = object.__setattr__  # See NOTE [ A fetcher's own attributes ]
+        own(self, "_inner", inner)
+        own(self, "_write", rings.write)
+        own(self, "_worker_id", worker_id)
+        own(self, "_key", (float(os.getpid()), float(worker_id), float(incarnation)))
+        own(self, "_seq", 0)
         clock = _worker_clock()
-        self._read: Callable[[], bytes | float] = time.thread_time if clock.fd is None else clock.raw  # type: ignore[assignment]
+        own(self, "_read", time.thread_time if clock.fd is None else clock.raw)
         # Start times come from the monotonic clock plus this offset, taken
         # once per fetcher (per epoch with persistent workers): one clock
         # read less per fetch, which runs on the worker's critical path.
-        self._wall_offset = time.time() - time.perf_counter()
+        own(self, "_wall_offset", time.time() - time.perf_counter())
 
     def __getattr__(self, name: str) -> Any:
+        if name in TimedFetcher.__slots__:  # not set yet (a copy): no recursion through _inner
+            raise AttributeError(name)
         return getattr(self._inner, name)
 
-    def fetch(self, possibly_batched_index: Any) -> Any:
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._inner, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        delattr(self._inner, name)
+
+    def fetch(self, *args: Any, **kwargs: Any) -> Any:
         t0 = time.perf_counter()
         s0 = self._read()
         try:
-            data = self._inner.fetch(possibly_batched_index)
+            data = self._inner.fetch(*args, **kwargs)
         except StopIteration:
             raise  # the end of an IterableDataset: no batch, not counted
         except Exception as exc:  # noqa: BLE001 - handed on as torch's worker loop would
@@ -204,7 +251,7 @@ class TimedFetcher:
         s1 = self._read()
         wall_s = time.perf_counter() - t0
         seq = self._seq
-        self._seq = seq + 1
+        object.__setattr__(self, "_seq", seq + 1)
         try:
             if isinstance(s0, bytes) and isinstance(s1, bytes):
                 (cpu0, runq0), (cpu1, runq1) = split(s0), split(s1)
