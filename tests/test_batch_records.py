@@ -80,8 +80,9 @@ def run_loop(kind: str, types: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[di
     else:
         loader = DataLoader(SlowDataset(BATCHES * BATCH_SIZE), batch_size=BATCH_SIZE, num_workers=2)
         it = iter(loader)
-        probe = loader_probe.attach(it)
-        assert probe is not None
+        warned: list[tuple[str, str]] = []
+        probe = loader_probe.attach(it, lambda key, message: warned.append((key, message)))
+        assert probe is not None and not warned
         full = FullLoop(it, 0, time.perf_counter_ns(), shared, probe, False, errors.append, LoadClock(None))
         assert len(list(full.iterator())) == BATCHES
         del it
