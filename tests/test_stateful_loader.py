@@ -20,7 +20,10 @@ from collector.record.scoped import Scoped
 
 SCRIPT = Path(__file__).parent / "scripts" / "stateful_resume.py"
 # torchdata 0.11 calls torch.set_vital, which torch 2.13 deprecates: its noise, not ours
-pytestmark = pytest.mark.filterwarnings("ignore:'set_vital' is deprecated:UserWarning")
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:'set_vital' is deprecated:UserWarning"),
+    pytest.mark.slow,  # worker processes and `collector run` subprocesses: about 13 s
+]
 FIELDS = (  # per run and epoch: batches, worker ids, queue depths, batches joined to their worker's fetch
     "SELECT b.run_id, b.epoch, COUNT(*), COUNT(b.worker_id), COUNT(b.ready), COUNT(f.wall_s) FROM batches b"
     " LEFT JOIN worker_fetches f ON f.run_id = b.run_id AND f.worker_pid = b.worker_pid"
