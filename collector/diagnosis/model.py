@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +32,7 @@ class Setting:
         return {
             names.get(f.name, f.name): getattr(other, f.name)
             for f in dataclasses.fields(self)
-            if getattr(other, f.name) != getattr(self, f.name)
+            if _effective(self, f.name) != _effective(other, f.name)
             and not (other.num_workers == 0 and f.name in needs_workers)
         }
 
@@ -46,6 +47,12 @@ class Setting:
     def depth(self) -> int:
         """Batches the workers may hold in flight."""
         return self.num_workers * (self.prefetch_factor or 0)
+
+
+def _effective(setting: Setting, name: str) -> Any:
+    """A field as DataLoader applies it: no prefetch_factor (no workers) and the default 2 queue alike."""
+    value = getattr(setting, name)
+    return 2 if name == "prefetch_factor" and value is None else value
 
 
 @dataclass(frozen=True)
@@ -179,9 +186,14 @@ class EpochModel:
         )
         return self.start_s + epoch.seconds(played) + (batches - played) * y + self.end_s + lost
 
+    @functools.cached_property
+    def recorded_epoch_s(self) -> float:
+        """The model's epoch at the recorded setting: the numerator of every speed-up, played out once."""
+        return self.epoch_s(self.recorded)
+
     def speedup(self, setting: Setting) -> float:
         """Epoch time at the recorded setting / at ``setting``, both from the model."""
-        return self.epoch_s(self.recorded) / max(self.epoch_s(setting), 1e-12)
+        return self.recorded_epoch_s / max(self.epoch_s(setting), 1e-12)
 
     def first_fetch_s(self, n: int) -> float:
         """A fresh worker's first batch: n of them fetching at once, the loop waiting."""
