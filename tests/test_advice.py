@@ -158,24 +158,12 @@ def test_settings_that_need_workers_are_dropped_when_the_advice_is_no_workers():
     """The epoch-stall demo once got num_workers=0 and persistent_workers=True together: a line that raises."""
     from torch.utils.data import DataLoader
 
-    from collector.diagnosis.report_types import Suggestion
-    from collector.diagnosis.suggest import constructible
+    from collector.diagnosis.model import Setting
 
-    both = [
-        Suggestion("num_workers", 2, 0, "no workers", 1.2),
-        Suggestion("persistent_workers", False, True, "keep them", 1.1),
-        Suggestion("prefetch_factor", 2, 4, "deeper", 1.1),
-    ]
-    kept = constructible(both)
-    assert [s.parameter for s in kept] == ["num_workers"]
-    DataLoader(list(range(4)), **{s.parameter: s.suggested for s in kept})  # constructs
+    recorded = Setting(num_workers=2, threads=1, prefetch_factor=4, persistent_workers=True)
+    none = recorded.but(num_workers=0)
+    assert recorded.changed(none) == {"num_workers": 0}
+    DataLoader(list(range(4)), prefetch_factor=none.prefetch_factor, persistent_workers=none.persistent_workers)
     with pytest.raises(ValueError):
-        DataLoader(list(range(4)), **{s.parameter: s.suggested for s in both})
-    assert constructible(both[1:]) == both[1:]  # with workers, nothing is dropped
-    # Where a setting that needs workers expects more (persistent workers against an epoch-start stall), it
-    # is kept and num_workers=0 dropped.
-    better = [
-        Suggestion("num_workers", 2, 0, "no workers", 1.2),
-        Suggestion("persistent_workers", False, True, "", 2.6),
-    ]
-    assert [s.parameter for s in constructible(better)] == ["persistent_workers"]
+        DataLoader(list(range(4)), num_workers=0, prefetch_factor=4, persistent_workers=True)
+    assert recorded.but(num_workers=0).but(num_workers=2).prefetch_factor == 2  # back to the default with workers

@@ -6,11 +6,17 @@ import itertools
 
 import pytest
 
+from collector.diagnosis.choose import candidates, choose
 from collector.diagnosis.cores import background_for, background_using, share, their_cores
-from collector.diagnosis.sharing import SharedCores
+from collector.diagnosis.model import EpochModel, Setting
 
 
-def two_cores(**kw: float | int | bool) -> SharedCores:
+def at(n: int, threads: int = 1) -> Setting:
+    """n persistent workers (none: no queue) and ``threads`` intra-op threads."""
+    return Setting(n, threads, 2 if n else None, n > 0)
+
+
+def two_cores(**kw: float | int | bool) -> EpochModel:
     """A model of a 1-thread step and CPU-bound loading on 2 cores, persistent workers, recorded without workers."""
     base: dict = dict(
         cores=2.0,
@@ -24,11 +30,9 @@ def two_cores(**kw: float | int | bool) -> SharedCores:
         epoch_batches=1000,
         start_s=0.0,
         end_s=0.0,
-        persistent=True,
-        workers=0,
-        threads=1,
+        recorded=at(0),
     )
-    return SharedCores(**{**base, **kw})
+    return EpochModel(**{**base, **kw})
 
 
 def test_our_threads_alone_split_the_cores_evenly():
@@ -93,14 +97,15 @@ def test_beside_a_busy_process_one_worker_gains_nothing_over_none():
     pipeline measured 0.79x for that change.
     """
     model = two_cores(background=1.0, others_busy=1.0)
-    assert model.cycle(0) == pytest.approx(0.220)  # the loop keeps a core to itself
-    assert model.cycle(1) == pytest.approx(0.220, rel=0.02)
-    assert model.speedup(1) == pytest.approx(1.0, abs=0.02)
+    assert model.cycle(at(0)) == pytest.approx(0.220)  # the loop keeps a core to itself
+    assert model.cycle(at(1)) == pytest.approx(0.220, rel=0.02)
+    assert model.speedup(at(1)) == pytest.approx(1.0, abs=0.02)
 
 
 def test_cpu_bound_loading_gets_no_headroom_from_more_workers_than_cores():
     """Two workers just keep up on 2 cores; a third would only share the same cores (measured 0.85x on the light
     pipeline, where the model gave 3 workers 1.12x and 2 workers 1.19x)."""
     model = two_cores(step_work_s=0.100, handoff_s=0.001, load_cpu_s=0.190, load_blocked_s=0.002)
-    assert model.headroom(2, 1) < 1.15 <= model.headroom(3, 1)
-    assert model.best(8) == (2, 1)
+    assert model.headroom(at(2)) < 1.15 <= model.headroom(at(3))
+    chosen, _ = choose(model, candidates(model))
+    assert (chosen.setting.num_workers, chosen.setting.threads) == (2, 1)

@@ -6,8 +6,9 @@ import dataclasses
 
 import pytest
 
+from collector.diagnosis.calibration import C
 from collector.diagnosis.fresh import Epoch
-from collector.diagnosis.sharing import FILL_BATCHES, PARALLEL_SHARE, SharedCores
+from collector.diagnosis.model import FILL_BATCHES, EpochModel, Setting
 
 IDLE = dict(prefetch=2, cores=8.0, background=0.0, load_cpu_s=0.0, step_threads=1.0, step_compute_s=0.0)
 
@@ -58,29 +59,28 @@ SHARED = dict(
     load_blocked_s=0.0,
     start_s=0.1,
     end_s=0.025,
-    workers=2,
-    threads=1,
+    recorded=Setting(2, 1, 2, False),
 )
+FRESH, KEPT = Setting(2, 1, 2, False), Setting(2, 1, 2, True)
 
 
 def test_a_short_epoch_of_fresh_workers_is_played_out_and_a_long_one_goes_on_at_the_steady_cycle(monkeypatch):
-    short = SharedCores(epoch_batches=8, persistent=False, **dict(SHARED, cores=4.0))  # a core each: no sharing
-    persistent = dataclasses.replace(short, persistent=True)
+    short = EpochModel(epoch_batches=8, **dict(SHARED, cores=4.0))  # a core each: no sharing
     # the loop is the limit (81 ms a batch): fresh workers add their start, the first fetch and the end
-    assert persistent.epoch_s(2) == pytest.approx(8 * 0.081)
-    assert short.epoch_s(2) - persistent.epoch_s(2) == pytest.approx(0.1 + 0.1 + 0.025)
+    assert short.epoch_s(KEPT) == pytest.approx(8 * 0.081)
+    assert short.epoch_s(FRESH) - short.epoch_s(KEPT) == pytest.approx(0.1 + 0.1 + 0.025)
     played: list[int] = []
     seconds = Epoch.seconds
     monkeypatch.setattr(Epoch, "seconds", lambda self, batches: played.append(batches) or seconds(self, batches))
     long = dataclasses.replace(short, epoch_batches=1_000_000)
-    assert long.epoch_s(2) == pytest.approx(1_000_000 * long.cycle(2), rel=1e-4)
+    assert long.epoch_s(FRESH) == pytest.approx(1_000_000 * long.cycle(FRESH), rel=1e-4)
     assert played == [FILL_BATCHES]  # whole rounds of 2 past it go at the steady cycle, not one by one
 
 
 def test_fewer_intra_op_threads_run_the_step_by_amdahls_law_not_by_its_cpu():
     """A 2-thread step measured busy on both threads for 80 ms: on one it takes 80 ms x 1.52, not 160 ms of CPU."""
-    model = SharedCores(epoch_batches=100, persistent=True, **dict(SHARED, step_work_s=0.160, step_threads=2.0))
-    speedup_2 = 1 / (1 - PARALLEL_SHARE / 2)
+    model = EpochModel(epoch_batches=100, **dict(SHARED, step_work_s=0.160, step_threads=2.0))
+    speedup_2 = 1 / (1 - C.PARALLEL_SHARE / 2)
     assert model.step_alone_s(2.0) == pytest.approx(0.080)
     assert model.step_alone_s(1.0) == pytest.approx(0.080 * speedup_2)
     assert 1.4 < speedup_2 < 1.6  # NOTE [ Intra-op threads ]: measured 1.52x on bench/pipelines.py's CNN

@@ -57,12 +57,34 @@ def findings(report: Report | Unavailable) -> None:
         change = report.code_change()
         if change:
             st.code(change, language="python", wrap_lines=True)
+        rec = report.recommendation
+        if rec is not None:
+            st.markdown(f"{_speedup(rec.expected_speedup, rec.expected_speedup_range)} for this whole change")
+            if rec.alternatives:
+                st.caption(
+                    "considered: "
+                    + "; ".join(
+                        ", ".join(f"{k}={v}" for k, v in a.changes.items())
+                        + f" {_speedup(a.expected_speedup, a.expected_speedup_range, bold=False)}"
+                        for a in rec.alternatives
+                    )
+                )
         if not report.suggestions:
             st.write("Nothing to change in the DataLoader.")
         for s in report.suggestions:
-            speed = f" · expected **×{s.expected_speedup:.2f}** throughput" if s.expected_speedup else ""
+            speed = "" if s.expected_speedup is None else f" · {_speedup(s.expected_speedup, s.expected_speedup_range)}"
             st.markdown(f"`{s.parameter}`: `{s.current!r}` → `{s.suggested!r}`{speed}  \n{s.reason}")
             if s.rule_of_thumb not in (None, ""):
                 st.caption(f"rule of thumb: {s.rule_of_thumb}")
     for note in report.notes:
         st.caption(note)
+
+
+def _speedup(speedup: float, low_high: tuple[float, float] | None, *, bold: bool = True) -> str:
+    """``expected ×1.22 (0.98-1.61: uncertain on this machine, try it for an epoch)``: NOTE [ Honest ranges ]."""
+    figure = f"**×{speedup:.2f}**" if bold else f"×{speedup:.2f}"
+    if low_high is None:
+        return f"expected {figure}"
+    low, high = low_high
+    doubt = ": uncertain on this machine, try it for an epoch" if low <= 1.0 else ""
+    return f"expected {figure} ({low:.2f}-{high:.2f}{doubt})"

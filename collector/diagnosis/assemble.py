@@ -5,10 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from collector.diagnosis import rules_cpu, rules_loop, rules_memory, rules_workers
+from collector.diagnosis.build import build_model
 from collector.diagnosis.data import RunData
-from collector.diagnosis.model import DEFAULT_HANDOFF_S, build_model
 from collector.diagnosis.report_types import Report, Symptom
-from collector.diagnosis.sharing import shared_cores
 from collector.diagnosis.stats import measure
 from collector.diagnosis.suggest import suggest
 from collector.diagnosis.summary import summary
@@ -36,7 +35,6 @@ def diagnose_data(data: RunData) -> Report:
     if worker_bytes is None and facts.num_workers == 0:
         worker_bytes = rules_memory.main_rss_bytes(data.procs)  # a forked worker copies at most this
     model = build_model(facts, worker_bytes=worker_bytes)
-    shared = shared_cores(facts, model.handoff_s if model is not None else DEFAULT_HANDOFF_S)
     found: list[Symptom | None] = [
         rules_loop.input_bound(data, facts),
         rules_loop.gpu_util_sawtooth(data, facts),
@@ -48,12 +46,13 @@ def diagnose_data(data: RunData) -> Report:
         rules_workers.worker_imbalance(data, facts),
         rules_workers.prefetch_too_shallow(data, facts, model),
         rules_workers.io_bound_fetch(facts, model),
-        rules_cpu.cpu_contention(facts, shared),
+        rules_cpu.cpu_contention(facts, model if facts.load_runq_s is not None else None),
     ]
     symptoms = sorted((s for s in found if s is not None), key=lambda s: SEVERITY_ORDER.get(s.severity, 3))
     loader = {**data.config, "stage": run["stage"], "framework": run["framework"]}
-    suggestions, more = suggest(facts, model, {s.id: s for s in symptoms}, loader=loader, shared=shared)
-    notes += more
+    advice = suggest(facts, model, {s.id: s for s in symptoms}, loader=loader)
+    suggestions = advice.suggestions
+    notes += advice.notes
     if facts.background_cores >= CONTENDED_CORES:
         notes.append(
             f"Other processes kept about {facts.background_cores:.1f} of the {facts.usable_cores} usable cores busy: "
@@ -74,6 +73,7 @@ def diagnose_data(data: RunData) -> Report:
         verdict=word,
         symptoms=tuple(symptoms),
         suggestions=tuple(suggestions),
+        recommendation=advice.recommendation,
         notes=tuple(notes),
     )
 

@@ -15,6 +15,7 @@ HF_ARGS = {
 NEEDS_WORKERS = ("prefetch_factor", "persistent_workers")
 LIGHTNING_HOOKS = {"train": "train_dataloader", "val": "val_dataloader", "test": "test_dataloader"}
 LIGHTNING_HOOKS["predict"] = "predict_dataloader"
+THREADS = "torch.set_num_threads"
 
 
 def code_change(suggested: Iterable[tuple[str, Any]], run: Mapping[str, Any]) -> str | None:
@@ -22,7 +23,16 @@ def code_change(suggested: Iterable[tuple[str, Any]], run: Mapping[str, Any]) ->
 
     See NOTE [ Advice that constructs ] in collector/diagnosis/advice.py.
     """
-    chosen = {parameter: value for parameter, value in suggested if parameter in LOADER_ARGS}
+    pairs = list(suggested)
+    threads = next((value for parameter, value in pairs if parameter == THREADS), None)
+    line = _loader_line({parameter: value for parameter, value in pairs if parameter in LOADER_ARGS}, run)
+    if threads is None:
+        return line
+    call = f"{THREADS}({threads})"  # the training process's, not the loader's: before the loader's line
+    return f"{call}; {line}" if line else call
+
+
+def _loader_line(chosen: dict[str, Any], run: Mapping[str, Any]) -> str | None:
     if not chosen:
         return None
     framework, stage = run.get("framework"), run.get("stage")

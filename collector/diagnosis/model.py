@@ -1,197 +1,239 @@
-"""The throughput model: batches per second for any num_workers, from the run's own measurements."""
+"""The prediction model: an epoch's time at any DataLoader setting and thread count, from the run's own measurements."""
 
 from __future__ import annotations
 
-import math
+import dataclasses
+import functools
 from dataclasses import dataclass
+from typing import Any
 
-from collector.diagnosis.stats import Facts
+from collector.diagnosis.calibration import C
+from collector.diagnosis.cores import share
+from collector.diagnosis.fresh import Epoch
 
-DEFAULT_HANDOFF_S = 0.001  # next() cost of a ready batch when no worker run measured it
-SURPLUS = 1.15  # production headroom over consumption, to absorb uneven fetch times
-IO_SURPLUS = 1.5  # more for I/O-bound fetching: storage latency varies, idle workers cost only memory
-SPARE_CPU_WORKERS = 1  # CPU-bound loading that fills the cores gets this many workers beyond them (see NOTE)
-CONTENTION_S = 0.0018  # loop time lost per batch when loading keeps every core busy (see NOTE [ Contention ])
 MAX_WORKERS = 64
-MEMORY_SHARE = 0.5  # workers and their prefetched batches may take this share of available RAM
+FILL_BATCHES = 64  # batches of an epoch with fresh workers played out (NOTE [ Fresh workers each epoch ])
 
 
 @dataclass(frozen=True)
-class LoaderModel:
-    """Measured costs per batch (seconds) and the machine's capacity.
+class Setting:
+    """What a prediction is for: the DataLoader's settings and torch's intra-op threads."""
 
-    NOTE [ Throughput model ]
-    The loop consumes one batch per ``step_s + handoff_s``; n workers produce
-    one each per ``load_io_s + load_cpu_s``; all loading and the main process
-    together cannot use more CPU than the free cores::
+    num_workers: int
+    threads: int  # torch.set_num_threads
+    prefetch_factor: int | None = 2  # batches in flight per worker (None without workers: DataLoader refuses one)
+    persistent_workers: bool = False
+    pin_memory: bool = False
 
-        n = 0:  |== load (in next()) ==|-- step --|== load ==|-- step --|
-        n = 3:  w0 |== load ==|  w1 |== load ==|  w2 |== load ==|
-                loop: |-- step --|h|-- step --|h|-- step --|h|
+    def changed(self, other: Setting) -> dict[str, Any]:
+        """The fields of ``other`` that differ from this setting's, by parameter name, in a fixed order."""
+        names = {"threads": "torch.set_num_threads"}
+        needs_workers = ("prefetch_factor", "persistent_workers")  # left at their defaults without workers
+        return {
+            names.get(f.name, f.name): getattr(other, f.name)
+            for f in dataclasses.fields(self)
+            if _effective(self, f.name) != _effective(other, f.name)
+            and not (other.num_workers == 0 and f.name in needs_workers)
+        }
 
-        X(0) = 1 / (step + load)
-        X(n) = min(1 / (step + handoff + contention * u),   the loop's own speed
-                   n / (load_io + load_cpu),                n workers' output
-                   free_cores / (load_cpu + step_cpu))      the CPU's capacity
-        u    = X * load_cpu / free_cores                    share of the cores loading keeps busy
+    def but(self, **changes: Any) -> Setting:
+        """This setting with ``changes``; settings that need workers go back to their defaults without them."""
+        new = dataclasses.replace(self, **changes)
+        if new.num_workers == 0:
+            return dataclasses.replace(new, prefetch_factor=None, persistent_workers=False)
+        return new if new.prefetch_factor is not None else dataclasses.replace(new, prefetch_factor=2)
 
-    I/O time (sleeping on storage) costs no core, so I/O-bound loading keeps
-    scaling past the core count; CPU-bound loading stops at the cores.
+    @property
+    def depth(self) -> int:
+        """Batches the workers may hold in flight."""
+        return self.num_workers * (self.prefetch_factor or 0)
 
-    NOTE [ Contention ]
-    Workers that compute take cores the loop needs too: when the loop wakes
-    (after its step, and when a batch arrives) it finds every core busy about
-    ``u`` of the time and waits for one. That costs the loop ``contention_s * u``
-    per batch. Calibrated on 2 cores with bench/bench_diagnosis.py on a quiet
-    machine (other processes < 0.05 cores; 1 ms/sample decoding, 10.8 ms step):
-    at u = 0.65 the hand-off grew from 1.1 ms (sleeping workers) to 2.15 ms
-    (median over 2-8 workers) and the step by 0.1 ms, so about 1.8 ms at u = 1.
-    (With other processes using 0.2-0.8 cores it read 2.6 ms; their load is
-    left out, see NOTE [ Background load ].) The loop limit then solves X = 1 / (a + k X) with a the uncontended
-    loop time and k = contention_s * load_cpu / free_cores:
-    X = 2 / (a + sqrt(a^2 + 4k)). Step and hand-off measured with workers
-    already include the contention at the measured throughput
-    (``measured_contention_s``), which is taken out before it is put back for
-    the new setting. With num_workers=0 loading runs between steps, so the
-    measured step is uncontended.
+
+def _effective(setting: Setting, name: str) -> Any:
+    """A field as DataLoader applies it: no prefetch_factor (no workers) and the default 2 queue alike."""
+    value = getattr(setting, name)
+    return 2 if name == "prefetch_factor" and value is None else value
+
+
+@dataclass(frozen=True)
+class EpochModel:
+    """Per batch, uncontended: the step's work and threads, loading's CPU and blocked time; the machine.
+
+    NOTE [ Sharing the cores ]
+    The one model behind every predicted speed-up (``expected_speedup`` is
+    always epoch time before / after, both from this model). Our runnable
+    threads, r of them, get a share S(r) of a core each beside B, other
+    processes' runnable threads, on C cores (NOTE [ Crowded cores ]). Ours are
+    the step's q threads while it runs, the k workers computing, the main
+    thread loading (with no workers). A step on q intra-op threads advances
+    only while all its threads hold a core (its parallel regions end at a
+    barrier, the waiting ones spin), so its work slows by S ** -q::
+
+        step(q, k) = step_blocked + alone(q) * S(q + k) ** -q        alone: NOTE [ Intra-op threads ]
+        fetch(n)   = load_blocked + load_cpu / S(k + s * q)           s: share of time stepping
+        cycle(n)   = max(step + handoff, fetch(n) / n, (q * alone(q) + load_cpu) / C) + queue_loss
+        cycle(0)   = step(q, 0) + load_blocked + load_cpu / S(1)
+        epoch      = batches * cycle                     persistent workers, or none
+        epoch      = start + played out + end           fresh workers each epoch (NOTE [ Fresh workers each epoch ])
+
+    solved as a fixed point. The step's uncontended work comes out of its
+    recorded wall time by the same formula at the recorded setting; loading's
+    CPU and blocked time, the waits for a core, fresh workers' start and end
+    were measured where the run could (NOTE [ Where the time goes ]). A run
+    that could not measure the waits for a core (no Linux schedstat) gets the
+    same model with none assumed beyond what its fetch concurrency shows: the
+    closed form is this model's degenerate case, not a second one.
+    ``prefetch_factor`` enters twice: as the batches a fresh epoch's workers
+    fetch ahead, and through ``queue_loss``: where workers out-produce the
+    loop on average yet the run measured slower cycles than the model plays,
+    the difference is fetch times varying faster than the queue absorbs, and
+    a queue d times deeper loses 1/d of it. ``pin_memory`` changes the
+    host-to-GPU copy inside the step (``copy_saving_s``; nothing on a CPU).
+    Constants the run cannot show are in collector/diagnosis/calibration.py
+    (NOTE [ Calibration table ]).
     """
 
-    step_s: float  # mean: what throughput sees
+    cores: float
+    background: float  # B: other processes' runnable threads
+    step_work_s: float  # the step's CPU work, uncontended (intra-op threads together)
+    step_threads: float  # q: the step's runnable threads while it runs
+    step_blocked_s: float
     handoff_s: float
-    load_io_s: float
     load_cpu_s: float
-    step_cpu_s: float
-    free_cores: float
-    max_workers: int  # capped by memory (and MAX_WORKERS)
-    pace_step_s: float | None = None  # median step: the pace workers are sized for (None: step_s)
-    contention_s: float = CONTENTION_S  # loop time lost per batch at u = 1 (see NOTE [ Contention ])
-    measured_contention_s: float = 0.0  # the part of step_s + handoff_s that was contention when measured
+    load_blocked_s: float
+    epoch_batches: float
+    start_s: float  # a fresh set of workers' start cost per epoch, beyond steady batches
+    end_s: float  # the final next() of an epoch with fresh workers
+    recorded: Setting
+    others_busy: float = 0.0  # the cores other processes kept busy (B counts their runnable threads)
+    queue_loss_s: float = 0.0  # per batch at the recorded queue depth: cycles lost to uneven fetches
+    copy_saving_s: float = 0.0  # per batch: what page-locked batches save on the copy to the GPU
+    max_workers: int = MAX_WORKERS  # memory's limit
+    spread: float = 0.0  # the run's own variation: relative spread of its epochs' (or windows') time a batch
 
-    def throughput(self, n: int) -> float:
+    def _stretch(self, ours: float) -> float:
+        """How much longer our ``ours`` runnable threads take than with a core each (NOTE [ Crowded cores ])."""
+        return 1.0 / share(ours, self.background, self.cores)
+
+    def step_alone_s(self, q: float) -> float:
+        """The step's compute on q intra-op threads with a core each (NOTE [ Intra-op threads ])."""
+        return self.step_work_s / self.step_threads * _speedup(self.step_threads) / _speedup(q)
+
+    def blocked_s(self, setting: Setting) -> float:
+        """The step's time on no core (a GPU's work, copies, sleeps): less the copy page-locked batches save."""
+        pinning = setting.pin_memory and not self.recorded.pin_memory
+        return max(0.0, self.step_blocked_s - (self.copy_saving_s if pinning else 0.0))
+
+    def step_s(self, q: float, k: float, setting: Setting) -> float:
+        return self.blocked_s(setting) + self.step_alone_s(q) * self._stretch(q + k) ** q
+
+    def _floor(self, q: float) -> float:
+        """Seconds per batch the cores allow: the step's q spinning threads' CPU and loading's, on every core."""
+        return (q * self.step_alone_s(q) + self.load_cpu_s) / self.cores
+
+    def q(self, setting: Setting) -> float:
+        """The step's runnable threads at ``setting``: never more than it used as recorded."""
+        return max(1.0, min(self.step_threads, float(setting.threads)))
+
+    def cycle(self, setting: Setting) -> float:
+        """Seconds per batch in steady state, what uneven fetches cost at its queue depth included."""
+        return self._cycle(setting) + self.queue_loss(setting)
+
+    def _cycle(self, setting: Setting) -> float:
+        q, n = self.q(setting), setting.num_workers
         if n <= 0:
-            return 1.0 / max(self.step_s + self.load_io_s + self.load_cpu_s, 1e-9)
-        return min(self.loop_limit(), self.workers_limit(n), self.cpu_limit())
+            return self.step_s(q, 0.0, setting) + self.load_blocked_s + self.load_cpu_s * self._stretch(1.0)
+        floor = self._floor(q)
+        y = max(self.step_s(q, 0.0, setting) + self.handoff_s, (self.load_cpu_s + self.load_blocked_s) / n, floor)
+        k = min(float(n), self.load_cpu_s / y)
+        for _ in range(200):
+            step = self.step_s(q, k, setting)
+            stepping = min(1.0, step / y)
+            fetch_cpu = self.load_cpu_s * self._stretch(k + stepping * q)  # its CPU, stretched
+            new_y = max(step + self.handoff_s, (self.load_blocked_s + fetch_cpu) / n, floor)
+            new_k = min(float(n), fetch_cpu / new_y)
+            if abs(new_y - y) < 1e-8 and abs(new_k - k) < 1e-6:
+                break
+            y, k = 0.5 * (y + new_y), 0.5 * (k + new_k)
+        return y
 
-    def uncontended_loop_s(self) -> float:
-        """The loop's time per batch (step + hand-off) when no core is taken by loading."""
-        return max(self.step_s + self.handoff_s - self.measured_contention_s, 1e-9)
+    def queue_loss(self, setting: Setting) -> float:
+        """Seconds a batch lost to uneven fetches at ``setting``'s queue depth (NOTE [ Sharing the cores ])."""
+        if setting.depth <= 0 or self.recorded.depth <= 0:
+            return 0.0
+        return self.queue_loss_s * self.recorded.depth / setting.depth
 
-    def loop_limit(self) -> float:
-        """Batches/s the loop reaches when batches are always ready (see NOTE [ Contention ])."""
-        a = self.uncontended_loop_s()
-        k = self.contention_s * self.load_cpu_s / max(self.free_cores, 1e-9)
-        if k <= 0:
-            return 1.0 / a
-        x = 2.0 / (a + math.sqrt(a * a + 4.0 * k))
-        if x * self.load_cpu_s >= self.free_cores:  # u capped at 1: every core busy
-            x = 1.0 / (a + self.contention_s)
-        return x
+    def epoch_s(self, setting: Setting) -> float:
+        """One epoch's time at ``setting``: what every prediction compares."""
+        y = self._cycle(setting)
+        n = setting.num_workers
+        lost = self.queue_loss(setting) * self.epoch_batches
+        if n <= 0 or setting.persistent_workers:
+            return self.epoch_batches * y + lost
+        batches = max(1, round(self.epoch_batches))
+        played = batches - n * max(0, (batches - FILL_BATCHES) // n)  # the rest goes at the steady cycle
+        q = self.q(setting)
+        epoch = Epoch(
+            workers=n,
+            prefetch=setting.prefetch_factor or 2,
+            cores=self.cores,
+            background=self.background,
+            load_cpu_s=self.load_cpu_s,
+            load_blocked_s=self.load_blocked_s,
+            step_threads=q,
+            step_compute_s=self.step_alone_s(q),
+            step_blocked_s=self.blocked_s(setting) + self.handoff_s,
+        )
+        return self.start_s + epoch.seconds(played) + (batches - played) * y + self.end_s + lost
 
-    def busy_share(self, throughput: float) -> float:
-        """u: the share of the free cores that loading keeps busy at ``throughput`` batches/s."""
-        return min(1.0, throughput * self.load_cpu_s / max(self.free_cores, 1e-9))
+    @functools.cached_property
+    def recorded_epoch_s(self) -> float:
+        """The model's epoch at the recorded setting: the numerator of every speed-up, played out once."""
+        return self.epoch_s(self.recorded)
 
-    def contention_at(self, throughput: float) -> float:
-        """Seconds per batch the loop waits for a core at ``throughput``."""
-        return self.contention_s * self.busy_share(throughput)
+    def speedup(self, setting: Setting) -> float:
+        """Epoch time at the recorded setting / at ``setting``, both from the model."""
+        return self.recorded_epoch_s / max(self.epoch_s(setting), 1e-12)
 
-    def workers_limit(self, n: int) -> float:
-        return n / max(self.load_io_s + self.load_cpu_s, 1e-9)
+    def first_fetch_s(self, n: int) -> float:
+        """A fresh worker's first batch: n of them fetching at once, the loop waiting."""
+        return self.load_blocked_s + self.load_cpu_s * self._stretch(n)
 
-    def cpu_limit(self) -> float:
-        return self.free_cores / max(self.load_cpu_s + self.step_cpu_s, 1e-9)
+    def produce_s(self, n: int) -> float:
+        """Seconds between batches n workers deliver, uncontended."""
+        return (self.load_cpu_s + self.load_blocked_s) / max(n, 1)
 
-    def limit(self, n: int) -> str:
-        """What caps throughput at n workers: "loop", "workers" or "cpu"."""
-        if n <= 0:
-            return "workers"
-        limits = {"loop": self.loop_limit(), "workers": self.workers_limit(n), "cpu": self.cpu_limit()}
-        return min(limits, key=lambda k: limits[k])
+    def consume_s(self, setting: Setting) -> float:
+        """Seconds the loop takes a batch when one is always ready, uncontended."""
+        return self.step_alone_s(self.q(setting)) + self.step_blocked_s + self.handoff_s
 
-    def best_workers(self, *, surplus: float = SURPLUS, io_surplus: float = IO_SURPLUS) -> int:
-        """The fewest workers that reach the model's ceiling, with headroom.
+    def headroom(self, setting: Setting) -> float:
+        """How much faster the workers produce than the loop consumes, uncontended (SURPLUS wants 1.15)."""
+        return self.consume_s(setting) / max(self.produce_s(setting.num_workers), 1e-12)
 
-        Workers are sized for the loop's typical (median) step, so pauses that
-        stretch the mean (garbage collection, other jobs) do not shrink the
-        answer. Production must outpace consumption by ``surplus`` (15%), or by
-        ``io_surplus`` (50%) when fetching is mostly I/O: storage latency varies
-        and a sleeping worker costs only memory. CPU-bound loading (CPU at
-        least half of a fetch) that needs the cores gets one worker per free core
-        plus ``SPARE_CPU_WORKERS``.
+    def busy(self) -> bool:
+        """Every core busy: the job's CPU at its recorded speed and other processes' fill the machine."""
+        y = self.cycle(self.recorded)
+        used = self._floor(self.q(self.recorded)) * self.cores / max(y, 1e-9)
+        return used + self.others_busy >= self.cores - 0.25
 
-        NOTE [ Spare CPU worker ]
-        Batches are handed over in order. With one CPU-bound worker per core, a
-        worker whose fetch was slowed (it shared a core with the loop) holds
-        the loop up while the others, their queue slots full, sit idle. One
-        spare keeps the cores busy meanwhile. Measured on 2 cores (1 ms/sample
-        decoding, 10.8 ms step, median of 5 runs): 2 workers 77 batches/s, 3
-        workers 80, 8 workers 78 on a quiet machine; 59, 67 and 62 with other
-        processes using 0.2-0.8 cores.
-        """
-        pace = 1.0 / max((self.pace_step_s or self.step_s) + self.handoff_s - self.measured_contention_s, 1e-9)
-        ceiling = min(max(pace, self.loop_limit()), self.cpu_limit())
-        cpu_bound = self.load_cpu_s >= self.load_io_s
-        headroom = surplus if cpu_bound else io_surplus
-        needed = math.ceil(headroom * ceiling * (self.load_io_s + self.load_cpu_s) - 1e-9)
-        if cpu_bound:
-            cores = math.ceil(self.free_cores - 1e-9)
-            needed = cores + SPARE_CPU_WORKERS if needed >= cores else needed
-        return max(1, min(needed, self.max_workers))
+    def cpu_bound(self) -> bool:
+        return self.load_cpu_s >= self.load_blocked_s
 
 
-def build_model(
-    facts: Facts,
-    *,
-    default_handoff_s: float = DEFAULT_HANDOFF_S,
-    memory_share: float = MEMORY_SHARE,
-    worker_bytes: float | None = None,
-) -> LoaderModel | None:
-    """The model for this run, or None when the load time per batch was not measured.
+def _speedup(q: float) -> float:
+    """How much faster a step runs on q intra-op threads than on one (Amdahl, C.PARALLEL_SHARE of it parallel).
 
-    Workers' wall time includes waiting for a core when they outnumber the cores
-    left by the main process and other processes, so the I/O part is what wall
-    time leaves beyond the CPU time stretched by that contention.
-    ``worker_bytes`` is one worker's private memory (None: not measured; only
-    prefetched batches count against RAM then).
+    NOTE [ Intra-op threads ]
+    A step's threads spin at the barriers of its parallel regions, so a run
+    measures q threads busy for the whole step and cannot tell the useful
+    share from the spinning. Its CPU is not the work one thread would do:
+    bench/pipelines.py's CNN took 120-124 ms a batch on 1 thread and 79-81 ms
+    on 2 (1.52x, for 2.05x the CPU), on an idle 2-core machine without
+    workers, light and heavy alike. So a step on fewer threads is predicted
+    from Amdahl's law with that measured parallel share (C.PARALLEL_SHARE),
+    not from its CPU: reading 2 threads' CPU as one thread's work had a
+    1-thread step take 40% too long.
     """
-    if facts.load_wall_s is None:
-        return None
-    load_cpu = facts.load_cpu_s if facts.load_cpu_s is not None else facts.load_wall_s  # unknown: assume CPU
-    load_cpu = min(load_cpu, facts.load_wall_s)
-    # NOTE [ Background load ] Other processes' load is measured (and noted in
-    # the report) but not subtracted from the capacity: it is transient, and the
-    # advice is for the machine's cores, not for whatever else ran during this
-    # recording. It is taken out of the measured fetch times (below).
-    free = float(max(1, facts.usable_cores))
-    stretch = 1.0
-    if facts.fetch_concurrency is not None:
-        # Fetches waited for a core behind each other, the main process and other
-        # processes (host samples): all of that was measured, so all of it comes out.
-        taken = (facts.main_cpu_cores or 0.0) + facts.background_cores
-        stretch = max(1.0, facts.fetch_concurrency / max(0.5, free - taken))
-    load_io = max(0.0, facts.load_wall_s - load_cpu * stretch)
-    if facts.load_blocked_s is not None:  # measured: the wait for a core is not I/O (NOTE [ Where the time goes ])
-        load_io = facts.load_blocked_s
-    handoff = facts.handoff_s if facts.num_workers > 0 and facts.handoff_s > 0 else default_handoff_s
-    max_workers = MAX_WORKERS
-    if facts.mem_available_min_bytes:
-        per_worker = (worker_bytes or 0.0) + max(2, facts.prefetch_factor) * (facts.batch_nbytes or 0.0)
-        if per_worker > 0:
-            max_workers = max(1, min(MAX_WORKERS, int(memory_share * facts.mem_available_min_bytes / per_worker)))
-    # See NOTE [ Contention ]: with workers, the measured step and hand-off
-    # already include waiting for cores at the measured throughput.
-    measured_contention = 0.0
-    if facts.num_workers > 0:
-        busy = min(1.0, facts.steady_batches_per_s * load_cpu / free)
-        measured_contention = min(CONTENTION_S * busy, max(0.0, facts.step_mean_s + handoff - default_handoff_s))
-    return LoaderModel(
-        measured_contention_s=measured_contention,
-        step_s=facts.step_mean_s,
-        pace_step_s=facts.step_p50_s or None,
-        handoff_s=handoff,
-        load_io_s=load_io,
-        load_cpu_s=load_cpu,
-        step_cpu_s=facts.step_cpu_s,
-        free_cores=free,
-        max_workers=max_workers,
-    )
+    p = C.PARALLEL_SHARE
+    return 1.0 / ((1.0 - p) + p / max(q, 1.0))

@@ -32,8 +32,35 @@ class Suggestion:
     current: Any
     suggested: Any
     reason: str
-    expected_speedup: float | None  # throughput after / before; None if not modelled
+    expected_speedup: float | None  # this change alone: epoch time before / after; None if not modelled
     rule_of_thumb: Any = None  # the sources' static rule, shown beside the measured answer
+    expected_speedup_range: tuple[float, float] | None = None  # NOTE [ Honest ranges ]; None if not modelled
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """A setting the recommendation was chosen over, with its own predicted speed-up."""
+
+    changes: dict[str, Any]  # parameter -> value, e.g. {"num_workers": 3, "torch.set_num_threads": 1}
+    expected_speedup: float  # epoch time before / after
+    expected_speedup_range: tuple[float, float]
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The one combined setting to paste, and the speed-up of that whole combination.
+
+    ``changes`` is exactly what ``Report.code_change()`` writes, so the line and the speed-up describe
+    the same change; the ``unpriced`` among them (a shuffle) the speed-up counts as none. ``uncertain``
+    when the range includes no gain at all: only a try can tell.
+    """
+
+    changes: dict[str, Any]
+    expected_speedup: float  # epoch time before / after, for the whole combination
+    expected_speedup_range: tuple[float, float]
+    uncertain: bool
+    alternatives: tuple[Alternative, ...] = ()
+    unpriced: tuple[str, ...] = ()  # changes in the line the model cannot price (shuffle): counted as none
 
 
 @dataclass(frozen=True)
@@ -47,8 +74,13 @@ class Report:
     suggestions: tuple[Suggestion, ...] = ()
     notes: tuple[str, ...] = ()  # things worth saying that are not symptoms
     ranks: tuple[dict[str, Any], ...] = ()  # a distributed job's ranks, one summary each (collector.diagnosis.job)
+    recommendation: Recommendation | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON contract, in plain Python values (a numpy bool would print as the string "False")."""
+        return _plain(self._fields())
+
+    def _fields(self) -> dict[str, Any]:
         return {
             "run": self.run,
             "summary": self.summary,
@@ -57,6 +89,9 @@ class Report:
             "suggestions": [asdict(s) for s in self.suggestions],
             "notes": list(self.notes),
             "ranks": [dict(r) for r in self.ranks],
+            "recommendation": None
+            if self.recommendation is None
+            else {**asdict(self.recommendation), "code_change": self.code_change()},
         }
 
     def code_change(self) -> str | None:
@@ -66,4 +101,20 @@ class Report:
         ``TrainingArguments(..., dataloader_num_workers=6)``, Lightning's
         ``*_dataloader()`` hook. See collector/diagnosis/code_line.py.
         """
-        return code_change(((s.parameter, s.suggested) for s in self.suggestions), self.run)
+        return code_change(self._changes(), self.run)
+
+    def _changes(self) -> list[tuple[str, Any]]:
+        """The recommendation's changes where there is one (the speed-up is theirs), else every suggestion's."""
+        if self.recommendation is not None:
+            return list(self.recommendation.changes.items())
+        return [(s.parameter, s.suggested) for s in self.suggestions]
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with numpy scalars made Python numbers and tuples made lists, all the way down."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    item = getattr(value, "item", None)
+    return item() if callable(item) and type(value).__module__ == "numpy" else value

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from collector.diagnosis.choose import candidates, choose
 from collector.diagnosis.data import RunData
+from collector.diagnosis.model import EpochModel
 from collector.diagnosis.report_types import Severity, Symptom
-from collector.diagnosis.sharing import SharedCores
 from collector.diagnosis.stats import Facts
 from collector.diagnosis.units import ms
 
 
 def cpu_contention(
     facts: Facts,
-    shared: SharedCores | None,
+    shared: EpochModel | None,
     *,
     share: float = 0.25,
     high: float = 0.5,
@@ -71,16 +72,16 @@ def cpu_contention(
     )
 
 
-def _cure(facts: Facts, shared: SharedCores | None) -> str:
+def _cure(facts: Facts, shared: EpochModel | None) -> str:
     """What the model measured would pay against the contention (never more workers, never caching)."""
     if shared is None:
         return "fewer workers or fewer intra-op threads (torch.set_num_threads), or cheaper transforms"
-    n, threads = shared.best(64)
-    gain = shared.speedup(n, threads)
+    chosen, _ = choose(shared, candidates(shared))
+    n, threads, gain = chosen.setting.num_workers, chosen.setting.threads, chosen.speedup
     parts = []
     if n < facts.num_workers:
         parts.append(f"num_workers={n}")
-    if threads < shared.threads:
+    if threads < shared.recorded.threads:
         parts.append(f"torch.set_num_threads({threads})")
     if parts and gain >= 1.05:
         return f"{' and '.join(parts)} ({gain:.2f}x by the model; see suggestions)"

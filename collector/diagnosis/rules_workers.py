@@ -7,8 +7,9 @@ import math
 import numpy as np
 import pandas as pd
 
+from collector.diagnosis.calibration import C
 from collector.diagnosis.data import RunData
-from collector.diagnosis.model import LoaderModel
+from collector.diagnosis.model import EpochModel
 from collector.diagnosis.report_types import Symptom
 from collector.diagnosis.stats import Facts, steady_batches
 from collector.diagnosis.units import ms
@@ -17,12 +18,12 @@ MAX_PREFETCH = 16
 FETCH_AGREES = 1.2  # worker_imbalance: a worker whose batches wait longer must fetch at least this much slower
 
 
-def cpu_share(model: LoaderModel) -> float:
+def cpu_share(model: EpochModel) -> float:
     """Share of a batch's production that is CPU work, once core contention is taken out."""
-    return model.load_cpu_s / max(model.load_cpu_s + model.load_io_s, 1e-12)
+    return model.load_cpu_s / max(model.load_cpu_s + model.load_blocked_s, 1e-12)
 
 
-def workers_exceed_cores(facts: Facts, model: LoaderModel | None, *, cpu_bound: float = 0.5) -> Symptom | None:
+def workers_exceed_cores(facts: Facts, model: EpochModel | None, *, cpu_bound: float = 0.5) -> Symptom | None:
     """More CPU-bound workers than usable cores: they take turns on the cores.
 
         core 0  w0 w2 w0 w2 w0      4 CPU-bound workers, 2 cores:
@@ -51,7 +52,7 @@ def workers_exceed_cores(facts: Facts, model: LoaderModel | None, *, cpu_bound: 
 
 
 def io_bound_fetch(
-    facts: Facts, model: LoaderModel | None, *, io_share: float = 0.5, min_stall: float = 0.05
+    facts: Facts, model: EpochModel | None, *, io_share: float = 0.5, min_stall: float = 0.05
 ) -> Symptom | None:
     """Producing a batch is mostly waiting on storage, not computing.
 
@@ -79,7 +80,7 @@ def io_bound_fetch(
         id="io_bound_fetch",
         severity="medium" if facts.input_fraction >= 0.2 else "low",
         evidence=(
-            f"a batch takes {ms(facts.load_wall_s if facts.load_blocked_s is not None else model.load_io_s + model.load_cpu_s)} "
+            f"a batch takes {ms(facts.load_wall_s if facts.load_blocked_s is not None else model.load_blocked_s + model.load_cpu_s)} "
             f"to produce: {ms(model.load_cpu_s)} CPU ({how}){runq} and {share:.0%} blocked (storage, sleeps, locks), "
             f"so more workers than cores help, and so does caching the data locally{disk}"
         ),
@@ -183,7 +184,7 @@ def _systematic(steady: pd.DataFrame, column: str, floor: float = 1e-9) -> tuple
 def prefetch_too_shallow(
     data: RunData,
     facts: Facts,
-    model: LoaderModel | None,
+    model: EpochModel | None,
     *,
     min_stall: float = 0.05,
     calm_p50: float = 0.25,
@@ -201,11 +202,11 @@ def prefetch_too_shallow(
     """
     if model is None or facts.num_workers < 1 or facts.steady_stall_fraction < min_stall:
         return None
-    if model.workers_limit(facts.num_workers) < model.loop_limit():
+    if model.headroom(model.recorded) < 1.0:  # the workers cannot keep up on average: no queue would help
         return None
     steady = steady_batches(data, facts)
     stall = steady["stall_s"].to_numpy()
-    pace = model.step_s + model.handoff_s
+    pace = model.consume_s(model.recorded)
     if float(np.median(stall)) > calm_p50 * pace:
         return None
     fetch = steady["worker_wall_s"].dropna().to_numpy()
@@ -215,8 +216,8 @@ def prefetch_too_shallow(
         id="prefetch_too_shallow",
         severity="high" if facts.steady_stall_fraction >= 0.2 else "medium",
         evidence=(
-            f"{facts.num_workers} workers produce {model.workers_limit(facts.num_workers):.0f} batches/s, more than "
-            f"the loop's {model.loop_limit():.0f}/s, yet the loop stalls {facts.steady_stall_fraction:.0%} of the "
+            f"{facts.num_workers} workers produce {1 / model.produce_s(facts.num_workers):.0f} batches/s, more than "
+            f"the loop's {1 / pace:.0f}/s, yet the loop stalls {facts.steady_stall_fraction:.0%} of the "
             f"time in bursts (median wait {ms(facts.wait_p50_s)}, p99 {ms(facts.wait_p99_s)}; slowest fetches "
             f"{ms(tail)}): prefetch_factor={facts.prefetch_factor} queues too few batches"
         ),
@@ -225,14 +226,15 @@ def prefetch_too_shallow(
     )
 
 
-def idle_workers_note(facts: Facts, model: LoaderModel | None, worker_bytes: float | None) -> str | None:
+def idle_workers_note(facts: Facts, model: EpochModel | None, worker_bytes: float | None) -> str | None:
     """A note when fewer workers would keep up and save memory (never a change to make)."""
     if model is None or facts.num_workers < 2 or facts.input_fraction >= 0.05:
         return None
-    needed = model.best_workers()
-    if needed >= facts.num_workers:
+    fed = [n for n in range(1, facts.num_workers) if model.headroom(model.recorded.but(num_workers=n)) >= C.SURPLUS]
+    if not fed:
         return None
-    idle = 1.0 - min(1.0, model.throughput(facts.num_workers) / model.workers_limit(facts.num_workers))
+    needed = min(fed)
+    idle = 1.0 - min(1.0, model.produce_s(facts.num_workers) / max(model.cycle(model.recorded), 1e-12))
     saving = ""
     if worker_bytes:
         saving = f", saving up to {(facts.num_workers - needed) * worker_bytes / 2**20:.0f} MiB of worker memory"

@@ -40,6 +40,7 @@ class Facts:
     wait_p95_s: float
     wait_p99_s: float
     cycle_s: float  # steady mean of wait + step: 1 / steady throughput
+    cycle_spread: float  # relative spread of the time a batch over epochs or windows: NOTE [ Honest ranges ]
     batches_per_s: float  # whole span
     steady_batches_per_s: float
     epoch_lost_s: tuple[float, ...]  # per epoch start after the first: seconds lost
@@ -155,6 +156,7 @@ def measure(data: RunData) -> Facts:
         wait_p95_s=_q(wait[steady], 0.95),
         wait_p99_s=_q(wait[steady], 0.99),
         cycle_s=cycle,
+        cycle_spread=time_spread(b, ~warm, wait + np.nan_to_num(step)),
         batches_per_s=len(b) / wall,
         steady_batches_per_s=1.0 / cycle if cycle > 0 else 0.0,
         epoch_lost_s=tuple(float(v) for v in later["lost_s"]),
@@ -225,6 +227,25 @@ def stall_range(
     lo, hi = mean_range(per, weights)
     half = max((hi - lo) / 2.0, MIN_HALF_RANGE)
     return max(0.0, point - half), min(1.0, point + half)
+
+
+def time_spread(b: pd.DataFrame, after_warmup: np.ndarray, cycles: np.ndarray) -> float:
+    """How much the time a batch (its wait and its step) varies over epochs, or equal windows: std / mean.
+
+    NOTE [ Honest ranges ]
+    A predicted speed-up compares two epochs that this machine will not run
+    alike: a shared 2-core machine's epochs of one setting vary about +-12%.
+    So every prediction carries a range (collector/diagnosis/choose.py) from
+    two measured spreads: this run's own, per epoch with 8 or more, else per
+    eighth of its time after warm-up, and the model's error on the benches
+    (C.MODEL_LOW and C.MODEL_HIGH, NOTE [ Calibration table ]).
+    """
+    idx = np.flatnonzero(after_warmup)
+    groups = window_edges(b["ts"].to_numpy()[idx], b["epoch"].to_numpy()[idx], WINDOWS)
+    per = np.array([cycles[idx][g].mean() for g in groups if len(g)])
+    if len(per) < 2 or per.mean() <= 0:
+        return 0.0
+    return float(per.std() / per.mean())
 
 
 def steady_batches(data: RunData, facts: Facts) -> pd.DataFrame:

@@ -1,24 +1,35 @@
-"""Turn symptoms and the throughput model into concrete DataLoader settings, or say none would pay."""
+"""Turn the model's choice into one recommendation, each change's own suggestion, and notes where none would pay."""
 
 from __future__ import annotations
 
-import math
+import dataclasses
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from collector.diagnosis.advice import shuffle_advice
-from collector.diagnosis.model import LoaderModel
-from collector.diagnosis.report_types import Suggestion, Symptom
-from collector.diagnosis.sharing import SharedCores
+from collector.diagnosis.calibration import C
+from collector.diagnosis.choose import Prediction, candidates, choose, predict
+from collector.diagnosis.model import EpochModel
+from collector.diagnosis.report_types import Alternative, Recommendation, Suggestion, Symptom
 from collector.diagnosis.stats import Facts
 from collector.diagnosis.units import ms
 
-MIN_SPEEDUP = 1.10  # a change must buy at least 10% to be suggested
 REMEDIES = (
     "cheaper transforms (decode smaller images, fewer augmentations)",
     "caching decoded samples (in RAM, or pre-processed on disk)",
     "decoding or augmenting on the GPU (NVIDIA DALI, torchvision transforms on CUDA tensors)",
 )
+TRY_IT = "uncertain on this machine: try it for an epoch"
+
+
+@dataclass
+class Advice:
+    """What the report recommends (one combined setting, or none), each change on its own, and notes."""
+
+    recommendation: Recommendation | None = None
+    suggestions: list[Suggestion] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
 
 def rule_of_thumb(facts: Facts) -> int:
@@ -28,214 +39,176 @@ def rule_of_thumb(facts: Facts) -> int:
 
 def suggest(
     facts: Facts,
-    model: LoaderModel | None,
+    model: EpochModel | None,
     symptoms: Mapping[str, Symptom],
     *,
-    min_speedup: float = MIN_SPEEDUP,
+    min_speedup: float | None = None,
     loader: Mapping[str, Any] | None = None,
-    shared: SharedCores | None = None,
-) -> tuple[list[Suggestion], list[str]]:
-    """Suggestions that pay at least ``min_speedup`` (or fix a named risk), and notes.
+) -> Advice:
+    """One recommendation that pays ``min_speedup`` (C.MIN_SPEEDUP) by the model, with its range, or notes.
 
-    ``loader`` is the recorded configuration with the run's ``stage`` and
-    ``framework``: what decides where a shuffle can go (NOTE [ Advice that constructs ]).
-    Where the waits for a core were measured (``shared``, NOTE [ Sharing the
-    cores ]), num_workers and torch's intra-op threads come from that model;
-    otherwise from the throughput model (NOTE [ Throughput model ]).
+    ``loader`` is the recorded configuration with the run's ``stage`` and ``framework``: what decides
+    where a shuffle can go (NOTE [ Advice that constructs ]). Every speed-up is the model's epoch time
+    now / then (NOTE [ Sharing the cores ]), for the whole combination where it is the recommendation's,
+    for one change alone where it is a suggestion's.
     """
-    out: list[Suggestion] = []
-    notes: list[str] = []
-    current = facts.steady_batches_per_s
-    if shared is not None:
-        changes, shared_notes = shared_advice(facts, shared, symptoms, min_speedup, model)
-        out += changes
-        notes += shared_notes
+    pays = C.MIN_SPEEDUP if min_speedup is None else min_speedup
+    advice = Advice()
+    if model is None:
+        thumb = _rule_of_thumb_workers(facts)
+        if thumb is not None:
+            advice.suggestions.append(thumb)
     else:
-        workers = _num_workers(facts, model, symptoms, min_speedup)
-        if workers is not None:
-            out.append(workers)
-    if "prefetch_too_shallow" in symptoms and model is not None:
-        ceiling = min(model.loop_limit(), model.workers_limit(facts.num_workers), model.cpu_limit())
-        gain = max(1.0, ceiling / current) if current > 0 else None
-        if gain is None or gain >= min_speedup:  # the symptom stands; a deeper queue is suggested where it pays
-            value = int(symptoms["prefetch_too_shallow"].metrics["suggested_prefetch_factor"])
-            out.append(
-                Suggestion(
-                    parameter="prefetch_factor",
-                    current=facts.prefetch_factor,
-                    suggested=value,
-                    reason=(
-                        f"queue {value} batches per worker so a slow fetch starts early enough to be ready; "
-                        f"{facts.num_workers * value} batches are held in memory"
-                    ),
-                    expected_speedup=None if gain is None else round(gain, 2),
-                    rule_of_thumb=2,
-                )
-            )
-    if "epoch_start_stall" in symptoms and facts.num_workers > 0 and not facts.persistent_workers:
-        span = facts.wall_s - facts.warmup_s
-        saved = sum(max(0.0, lost - (facts.load_wall_s or 0.0)) for lost in facts.epoch_lost_s)
-        out.append(
-            Suggestion(
-                parameter="persistent_workers",
-                current=False,
-                suggested=True,
-                reason=f"keep workers alive between epochs: saves about {saved / max(1, len(facts.epoch_lost_s)):.2f} s per epoch",
-                expected_speedup=round(span / max(span - saved, 1e-9), 2),
-                rule_of_thumb=True,
-            )
-        )
-    uneven = {"worker_imbalance", "prefetch_too_shallow"} & set(symptoms)
-    if uneven:
+        _recommend(facts, model, symptoms, pays, advice)
+    chosen = advice.recommendation.changes if advice.recommendation else {}
+    if "pageable_memory" in symptoms and not facts.pin_memory and "pin_memory" not in chosen:
+        advice.suggestions.append(_pinning(model))  # the symptom's cure, priced alone where the model can
+    if {"worker_imbalance", "prefetch_too_shallow"} & set(symptoms):
         shuffle, note = shuffle_advice(loader or {"shuffle": facts.shuffle})
         if shuffle is not None:
-            out.append(shuffle)
+            advice.suggestions.append(shuffle)
         if note is not None:
-            notes.append(note)
-    if "pageable_memory" in symptoms and not facts.pin_memory:
-        out.append(
-            Suggestion(
-                parameter="pin_memory",
-                current=False,
-                suggested=True,
-                reason="page-locked batches copy to the GPU by DMA and overlap compute with .to(device, non_blocking=True)",
-                expected_speedup=None,
-                rule_of_thumb=True,
-            )
+            advice.notes.append(note)
+    unpriced = {s.parameter: s.suggested for s in advice.suggestions if s.expected_speedup is None}
+    if advice.recommendation is not None and unpriced:
+        # the line holds every change, and the speed-up counts these as none: the model cannot price them
+        changes = {**advice.recommendation.changes, **unpriced}
+        advice.recommendation = dataclasses.replace(advice.recommendation, changes=changes, unpriced=tuple(unpriced))
+    return advice
+
+
+def _recommend(facts: Facts, model: EpochModel, symptoms: Mapping[str, Symptom], pays: float, advice: Advice) -> None:
+    prefetch = symptoms.get("prefetch_too_shallow")
+    deeper = int(prefetch.metrics["suggested_prefetch_factor"]) if prefetch is not None else None
+    chosen, alternatives = choose(model, candidates(model, prefetch=deeper))
+    fewer = chosen.setting.num_workers < facts.num_workers and "workers_exceed_cores" in symptoms
+    if chosen.changes and (chosen.speedup >= pays or fewer):
+        advice.recommendation = Recommendation(
+            changes=chosen.changes,
+            expected_speedup=round(chosen.speedup, 2),
+            expected_speedup_range=(round(chosen.low, 2), round(chosen.high, 2)),
+            uncertain=chosen.uncertain,
+            alternatives=tuple(_alternative(p) for p in alternatives),
         )
-    helped = any((s.expected_speedup or 0.0) >= min_speedup for s in out)
-    if not helped and model is not None and facts.input_fraction >= 0.05 and shared is None:
-        best = model.best_workers()
-        if model.limit(best) == "cpu":
-            notes.append(
-                f"No DataLoader setting can help: producing a batch takes {ms(model.load_cpu_s)} of CPU and, with "
-                f"the loop's own {ms(model.step_cpu_s)}, the {model.free_cores:.1f} free cores cap the run at "
-                f"{model.cpu_limit():.0f} batches/s. What would: " + "; ".join(REMEDIES) + "."
-            )
-    return constructible(out), notes
+        advice.suggestions += [_suggestion(facts, model, chosen, parameter) for parameter in chosen.changes]
+        return
+    if facts.input_fraction < 0.05:
+        return
+    hopeful = [p for p in [chosen, *alternatives] if p.changes and p.high >= pays]
+    if hopeful:
+        best = max(hopeful, key=lambda p: p.speedup)
+        advice.notes.append(
+            f"No change is predicted to buy {pays - 1:.0%}: the best, {_describe(best.changes)}, is predicted at "
+            f"{best.speedup:.2f}x ({best.low:.2f}-{best.high:.2f}x); {TRY_IT}. Beyond the loader's settings: "
+            + "; ".join(REMEDIES)
+            + "."
+        )
+    elif model.busy():
+        advice.notes.append(
+            f"Nothing here will help: all {model.cores:.0f} cores are busy (this job's step "
+            f"{ms(model.step_work_s)} and loading {ms(model.load_cpu_s)} of CPU a batch, other processes "
+            f"{model.others_busy:.1f} cores); no setting's range reaches {pays:.2f}x. What would: "
+            + "; ".join(REMEDIES)
+            + "."
+        )
+    else:
+        advice.notes.append(
+            f"No DataLoader setting can help: by the measured costs no setting's range reaches {pays:.2f}x "
+            f"(best {chosen.speedup:.2f}x). What would: " + "; ".join(REMEDIES) + "."
+        )
 
 
-WORKER_ONLY = ("persistent_workers", "prefetch_factor")  # DataLoader raises ValueError for these without workers
+def _suggestion(facts: Facts, model: EpochModel, chosen: Prediction, parameter: str) -> Suggestion:
+    """One change of the recommendation, with the speed-up of that change alone."""
+    value = chosen.changes[parameter]
+    field_name = "threads" if parameter == "torch.set_num_threads" else parameter
+    alone = predict(model, model.recorded.but(**{field_name: value}))
+    current = getattr(model.recorded, field_name)
+    return Suggestion(
+        parameter=parameter,
+        current=current,
+        suggested=value,
+        reason=_reason(facts, model, chosen, parameter),
+        expected_speedup=round(alone.speedup, 2),
+        rule_of_thumb=_thumb(facts, parameter),
+        expected_speedup_range=(round(alone.low, 2), round(alone.high, 2)),
+    )
 
 
-def constructible(suggestions: list[Suggestion]) -> list[Suggestion]:
-    """So the pasted line constructs: ``num_workers=0`` or the settings that need workers, whichever expects more."""
-    zero = next((s for s in suggestions if s.parameter == "num_workers" and s.suggested == 0), None)
-    if zero is None:
-        return suggestions
-    needing = [s.expected_speedup or 0.0 for s in suggestions if s.parameter in WORKER_ONLY]
-    if max(needing, default=0.0) > (zero.expected_speedup or 0.0):
-        return [s for s in suggestions if s is not zero]  # the better cure keeps the workers
-    return [s for s in suggestions if s.parameter not in WORKER_ONLY]
+def _reason(facts: Facts, model: EpochModel, chosen: Prediction, parameter: str) -> str:
+    setting = chosen.setting
+    now, then = model.epoch_s(model.recorded), model.epoch_s(setting)
+    epoch = (
+        f"an epoch of {model.epoch_batches:.0f} batches takes {now:.2f} s now and {then:.2f} s with the whole change"
+    )
+    if parameter == "persistent_workers":
+        cost = model.start_s + model.end_s
+        return f"keep workers alive between epochs: starting and ending them costs about {cost:.2f} s an epoch; {epoch}"
+    if parameter == "prefetch_factor":
+        return (
+            f"queue {setting.prefetch_factor} batches per worker so a slow fetch starts early enough to be ready "
+            f"({setting.depth} batches held in memory); {epoch}"
+        )
+    if parameter == "pin_memory":
+        return (
+            "page-locked batches copy to the GPU by DMA and overlap compute with .to(device, non_blocking=True) "
+            f"(about {ms(model.copy_saving_s)} a batch of {facts.batch_nbytes or 0:.0f} bytes); {epoch}"
+        )
+    why = (
+        f"measured: a batch takes {ms(model.load_cpu_s)} of CPU and {ms(model.load_blocked_s)} blocked to "
+        f"produce; the step {ms(model.step_work_s)} of CPU on {model.step_threads:.1f} threads; other "
+        f"processes keep {model.others_busy:.1f} of the {model.cores:.0f} cores busy ({model.background:.1f} "
+        f"threads runnable). Sharing the cores, {epoch}"
+    )
+    if parameter == "torch.set_num_threads":
+        return (
+            f"the step's {model.recorded.threads} intra-op threads compete with {setting.num_workers} worker(s) for "
+            f"{model.cores:.0f} cores; {setting.threads} leave them room: {why}"
+        )
+    return why
 
 
-def _num_workers(
-    facts: Facts, model: LoaderModel | None, symptoms: Mapping[str, Symptom], min_speedup: float
-) -> Suggestion | None:
+def _thumb(facts: Facts, parameter: str) -> Any:
+    return {"num_workers": rule_of_thumb(facts), "prefetch_factor": 2, "persistent_workers": True}.get(
+        parameter, True if parameter == "pin_memory" else None
+    )
+
+
+def _alternative(p: Prediction) -> Alternative:
+    return Alternative(
+        changes=p.changes,
+        expected_speedup=round(p.speedup, 2),
+        expected_speedup_range=(round(p.low, 2), round(p.high, 2)),
+    )
+
+
+def _describe(changes: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in changes.items())
+
+
+def _pinning(model: EpochModel | None) -> Suggestion:
+    """pin_memory=True on its own: priced by the model where it knows the batches' bytes, else not."""
+    alone = None if model is None or model.copy_saving_s <= 0 else predict(model, model.recorded.but(pin_memory=True))
+    return Suggestion(
+        parameter="pin_memory",
+        current=False,
+        suggested=True,
+        reason="page-locked batches copy to the GPU by DMA and overlap compute with .to(device, non_blocking=True)",
+        expected_speedup=None if alone is None else round(alone.speedup, 2),
+        rule_of_thumb=True,
+        expected_speedup_range=None if alone is None else (round(alone.low, 2), round(alone.high, 2)),
+    )
+
+
+def _rule_of_thumb_workers(facts: Facts) -> Suggestion | None:
     thumb = rule_of_thumb(facts)
-    if model is None:
-        if facts.input_fraction < 0.20 or thumb <= facts.num_workers:
-            return None
-        return Suggestion(
-            parameter="num_workers",
-            current=facts.num_workers,
-            suggested=thumb,
-            reason="fetch times were not recorded, so this is the sources' rule of thumb, not a measured value",
-            expected_speedup=None,
-            rule_of_thumb=thumb,
-        )
-    n = model.best_workers()
-    current = facts.steady_batches_per_s
-    if n == facts.num_workers or current <= 0:
+    if facts.input_fraction < 0.20 or thumb <= facts.num_workers:
         return None
-    speedup = model.throughput(n) / current
-    fewer = n < facts.num_workers and "workers_exceed_cores" in symptoms
-    if speedup < min_speedup and not fewer:
-        return None
-    after = model.throughput(n)
-    loop = f"{ms(model.step_s)} step + {ms(model.handoff_s)} hand-off"
-    if model.measured_contention_s > 0:
-        loop += f" - {ms(model.measured_contention_s)} of it spent waiting for a core now"
-    loop += (
-        f" + {ms(model.contention_at(after))} waiting for a core (loading keeps {model.busy_share(after):.0%} "
-        f"of the {model.free_cores:.1f} cores busy; {ms(model.contention_s)} at 100%)"
-    )
-    limits = {
-        "loop": f"the training loop ({loop}) becomes the limit",
-        "workers": f"{n} workers are the limit",
-        "cpu": f"the {model.free_cores:.1f} free cores are the limit for CPU-bound loading",
-    }
-    produce = ms(model.load_io_s + model.load_cpu_s)
-    reason = (
-        f"measured: a batch takes {produce} to produce ({ms(model.load_cpu_s)} CPU) and the loop steps in "
-        f"{ms(model.step_s)}; {n} workers could produce {min(model.workers_limit(n), model.cpu_limit()):.0f} batches/s "
-        "on these cores, and "
-        f"{limits[model.limit(n)]}: {current:.1f} -> {after:.1f} batches/s"
-    )
-    cores = math.ceil(model.free_cores - 1e-9)
-    if model.load_cpu_s >= model.load_io_s and n > cores:
-        reason += (
-            f"; CPU-bound loading gets one worker per core plus {n - cores} spare: batches are handed over in "
-            "order, and a spare keeps the cores busy while a slowed worker holds the loop up"
-        )
-    if fewer and speedup < min_speedup:
-        reason += "; same speed with fewer workers frees cores and memory"
     return Suggestion(
         parameter="num_workers",
         current=facts.num_workers,
-        suggested=n,
-        reason=reason,
-        expected_speedup=round(speedup, 2),
+        suggested=thumb,
+        reason="fetch times were not recorded, so this is the sources' rule of thumb, not a measured value",
+        expected_speedup=None,
         rule_of_thumb=thumb,
     )
-
-
-def shared_advice(
-    facts: Facts,
-    shared: SharedCores,
-    symptoms: Mapping[str, Symptom],
-    min_speedup: float,
-    model: LoaderModel | None,
-) -> tuple[list[Suggestion], list[str]]:
-    """num_workers and torch.set_num_threads from NOTE [ Sharing the cores ]; a note when nothing pays."""
-    max_workers = model.max_workers if model is not None else 64
-    n, threads = shared.best(max_workers)
-    gain = shared.speedup(n, threads)
-    thumb = rule_of_thumb(facts)
-    out: list[Suggestion] = []
-    fewer = n < facts.num_workers and "workers_exceed_cores" in symptoms
-    if (n, threads) != (facts.num_workers, shared.threads) and (gain >= min_speedup or fewer):
-        step_now, step_then = shared.cycle(shared.workers, shared.threads), shared.cycle(n, threads)
-        why = (
-            f"measured: a batch takes {ms(shared.load_cpu_s)} of CPU and {ms(shared.load_blocked_s)} blocked to "
-            f"produce; the step {ms(shared.step_work_s)} of CPU on {shared.step_threads:.1f} threads; other "
-            f"processes keep {shared.others_busy:.1f} of the {shared.cores:.0f} cores busy ({shared.background:.1f} "
-            "threads runnable). Sharing the cores, "
-            f"a batch takes {ms(step_now)} now and {ms(step_then)} with this change"
-        )
-        if shared.epoch_batches < 200 and not facts.persistent_workers and n > 0:
-            why += f" (epochs of {shared.epoch_batches:.0f} batches: starting fresh workers each epoch is counted)"
-        if n != facts.num_workers:
-            out.append(Suggestion("num_workers", facts.num_workers, n, why, round(gain, 2), thumb))
-        if threads != shared.threads:
-            reason = (
-                f"the step's {shared.threads} intra-op threads compete with {n} worker(s) for "
-                f"{shared.cores:.0f} cores; {threads} leave them room: {why}"
-            )
-            out.append(Suggestion("torch.set_num_threads", shared.threads, threads, reason, round(gain, 2), None))
-        return out, []
-    notes: list[str] = []
-    if facts.input_fraction >= 0.05:
-        if shared.busy():
-            notes.append(
-                f"Nothing here will help: all {shared.cores:.0f} cores are busy (this job's step "
-                f"{ms(shared.step_work_s)} and loading {ms(shared.load_cpu_s)} of CPU a batch, other processes "
-                f"{shared.others_busy:.1f} cores); no num_workers or thread count buys {min_speedup - 1:.0%}. "
-                "What would: " + "; ".join(REMEDIES) + "."
-            )
-        else:
-            notes.append(
-                f"No DataLoader setting can help: by the measured costs no num_workers or thread count buys "
-                f"{min_speedup - 1:.0%} (best {gain:.2f}x). What would: " + "; ".join(REMEDIES) + "."
-            )
-    return out, notes

@@ -76,20 +76,48 @@ def render(report: Report) -> str:
             f"  [{x.severity}] {x.id} (confidence {x.confidence:.2f}{', borderline' if x.borderline else ''}): {x.evidence}"
             for x in report.symptoms
         ]
+    lines += render_recommendation(report)
     if report.suggestions:
-        lines += ["", "suggestions:"]
+        lines += ["", "each change:" if report.recommendation else "suggestions:"]
         for g in report.suggestions:
-            gain = "" if g.expected_speedup is None else f", expected {g.expected_speedup:.2f}x"
+            gain = (
+                "" if g.expected_speedup is None else f", {speedup_text(g.expected_speedup, g.expected_speedup_range)}"
+            )
             thumb = "" if g.rule_of_thumb is None else f"; rule of thumb: {g.rule_of_thumb}"
             lines.append(f"  {g.parameter}: {g.current} -> {g.suggested}{gain}{thumb}")
             lines.append(f"      {g.reason}")
         change = report.code_change()
-        if change:
+        if change and report.recommendation is None:
             lines.append(f"  paste: {change}")
     if report.notes:
         lines += ["", "notes:"]
         lines += [f"  - {n}" for n in report.notes]
     return "\n".join(lines)
+
+
+def speedup_text(speedup: float, low_high: tuple[float, float] | None) -> str:
+    """``expected 1.22x (0.98-1.61x: uncertain on this machine: try it for an epoch)``: NOTE [ Honest ranges ]."""
+    if low_high is None:
+        return f"expected {speedup:.2f}x"
+    low, high = low_high
+    doubt = ": uncertain on this machine: try it for an epoch" if low <= 1.0 else ""
+    return f"expected {speedup:.2f}x ({low:.2f}-{high:.2f}x{doubt})"
+
+
+def render_recommendation(report: Report) -> list[str]:
+    """The one line to paste with the speed-up of that whole change, and the settings it was chosen over."""
+    rec = report.recommendation
+    if rec is None:
+        return []
+    lines = ["", "recommended:", f"  paste: {report.code_change()}"]
+    unpriced = f" ({', '.join(rec.unpriced)}: not priced, counted as no change)" if rec.unpriced else ""
+    lines.append(f"  {speedup_text(rec.expected_speedup, rec.expected_speedup_range)} for the whole change{unpriced}")
+    if rec.alternatives:
+        lines.append("  considered:")
+        for a in rec.alternatives:
+            what = ", ".join(f"{k}={v}" for k, v in a.changes.items())
+            lines.append(f"    {what}: {speedup_text(a.expected_speedup, a.expected_speedup_range)}")
+    return lines
 
 
 def render_ranks(report: Report) -> list[str]:

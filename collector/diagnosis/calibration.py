@@ -1,0 +1,177 @@
+"""Every calibration constant of the prediction model, with its unit and how and where it was measured: one table."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True)
+class Constant:
+    """One number the model does not measure on the user's run."""
+
+    name: str
+    value: float
+    unit: str
+    measured: str  # how and where; "chosen" for a decision threshold no bench can measure
+
+
+# NOTE [ Calibration table ]
+# The prediction model (NOTE [ Sharing the cores ] in collector/diagnosis/model.py) measures what it
+# can on the user's own run: loading's CPU and blocked time, the step's CPU and threads, the waits
+# for a core, other processes' busy cores, fresh workers' start and end. What a run cannot show is
+# here, once, with where it came from; docs/report.md lists it from this table, and the NOTEs cite
+# it by name (``C.NAME``). bench/bench_predictions.py scores the model leave-one-pipeline-out
+# against this table: ``override`` sets values for one evaluation.
+_TABLE: dict[str, Constant] = {
+    c.name: c
+    for c in (
+        Constant(
+            "PARALLEL_SHARE",
+            0.68,
+            "share of a step's compute",
+            "bench/pipelines.py's SmallCNN, batch 32 of 64 px, no workers, idle 2-core machine: 120-124 ms a batch "
+            "on 1 intra-op thread, 79-81 ms on 2 (1.52x); Amdahl's law solved for the parallel share. Fitted "
+            "leave-one-pipeline-out on bench/bench_predictions.py it reads 0.75-0.85, with the same median error",
+        ),
+        Constant(
+            "START_S",
+            0.04,
+            "s an epoch",
+            "fresh workers' start (fork, init) before their first fetch, where a run did not measure it: "
+            "0-0.12 s measured from iter() to batch 0 on 2 cores (bench/bench_predictions.py)",
+        ),
+        Constant(
+            "END_S",
+            0.025,
+            "s an epoch",
+            "the final next() that shuts non-persistent workers down, where a run did not measure it: "
+            "19-38 ms on 2 cores (bench/bench_stall.py)",
+        ),
+        Constant(
+            "HANDOFF_S",
+            0.001,
+            "s a batch",
+            "next() of a batch a worker already delivered, where no worker run measured it: "
+            "median 1.1 ms with sleeping workers on 2 cores (bench/bench_diagnosis.py)",
+        ),
+        Constant(
+            "PINNED_COPY_BPS",
+            11e9,
+            "bytes/s",
+            "not measured by this project (no GPU lent to its machines): a page-locked host-to-GPU copy on PCIe 3 x16, "
+            "11 GB/s as reported beside NVIDIA's 'How to Optimize Data Transfers in CUDA C/C++'",
+        ),
+        Constant(
+            "PAGEABLE_COPY_BPS",
+            5.5e9,
+            "bytes/s",
+            "not measured by this project: half of PINNED_COPY_BPS, the ratio that post's bandwidthTest shows "
+            "(a pageable copy goes through a page-locked staging buffer)",
+        ),
+        Constant(
+            "SATURATED_WAIT",
+            0.1,
+            "wait for a core / CPU time",
+            "a loading thread that waits this share of its CPU time for a core ran on a full machine; an idle "
+            "2-core machine shows 0.04% (the scheduler's own latency), one busy process beside it 30-200%",
+        ),
+        Constant(
+            "SURPLUS",
+            1.15,
+            "production / consumption",
+            "headroom workers need over the loop's pace, since fetch times vary around the mean the model "
+            "plays: bench/bench_predictions.py's light pipeline, 1 worker that only just kept up measured "
+            "1.07-1.46 s an epoch against 1.22-1.31 s for 2",
+        ),
+        Constant(
+            "IO_SURPLUS",
+            1.5,
+            "workers / workers needed",
+            "I/O-bound loading gets this many times the workers the model needs: storage latency varies and "
+            "a sleeping worker costs only memory (bench/bench_diagnosis.py's slow-storage case: 98-100% of "
+            "the best of a 0-8 sweep)",
+        ),
+        Constant(
+            "SPARE_CPU_WORKERS",
+            1,
+            "workers",
+            "CPU-bound loading gets one worker a core and this many more: on 2 cores, 1 ms a sample decoding, "
+            "a 10.8 ms step, 2 workers gave 77 batches/s, 3 gave 80, 8 gave 78 (bench/bench_diagnosis.py)",
+        ),
+        Constant(
+            "MEMORY_SHARE",
+            0.5,
+            "share of available RAM",
+            "chosen: workers and their prefetched batches may take this share of the memory the run saw available",
+        ),
+        Constant(
+            "CLOSE",
+            0.97,
+            "share of the best speed-up",
+            "chosen: settings within 3% of the best count as the best, and the least change among them wins",
+        ),
+        Constant(
+            "ROBUST",
+            0.90,
+            "share of the best speed-up",
+            "chosen: workers with SURPLUS headroom are preferred where the model gives them this share of the best",
+        ),
+        Constant(
+            "MIN_SPEEDUP",
+            1.10,
+            "epoch time before / after",
+            "chosen: a change must buy 10% to be recommended; a shared 2-core machine's epoch times vary "
+            "about +-12% run to run, so less is not worth a user's try",
+        ),
+        Constant(
+            "MODEL_LOW",
+            0.76,
+            "predicted / measured speed-up",
+            "the model's error on bench/bench_predictions.py's 839 predictions (four JPEG pipelines: the bench's "
+            "CNN and a course's 10-channel CNN, light and heavy transforms; 0-3 workers, 1-2 threads, persistent "
+            "or not; idle and beside a hog; 2 cores): 10th percentile of predicted / measured",
+        ),
+        Constant(
+            "MODEL_HIGH",
+            1.18,
+            "predicted / measured speed-up",
+            "the same predictions' 90th percentile of predicted / measured",
+        ),
+    )
+}
+
+
+class _Values:
+    """``C.NAME`` reads a constant's value at call time, so ``override`` reaches every user of it."""
+
+    def __getattr__(self, name: str) -> float:
+        try:
+            return _TABLE[name].value
+        except KeyError:
+            raise AttributeError(f"no calibration constant {name!r}; see collector/diagnosis/calibration.py") from None
+
+
+C = _Values()
+
+
+def table() -> tuple[Constant, ...]:
+    """Every constant, in the table's order."""
+    return tuple(_TABLE.values())
+
+
+@contextmanager
+def override(**values: float) -> Iterator[None]:
+    """Evaluate with other values (bench/bench_predictions.py's leave-one-out calibration); restored after."""
+    unknown = set(values) - set(_TABLE)
+    if unknown:
+        raise KeyError(f"unknown calibration constants: {sorted(unknown)}")
+    saved = dict(_TABLE)
+    try:
+        for name, value in values.items():
+            _TABLE[name] = replace(_TABLE[name], value=value)
+        yield
+    finally:
+        _TABLE.clear()
+        _TABLE.update(saved)

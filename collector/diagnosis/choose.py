@@ -1,0 +1,123 @@
+"""Which setting to recommend: every candidate predicted by the one model, with its range; the least change near the best."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from collector.diagnosis.calibration import C
+from collector.diagnosis.model import EpochModel, Setting
+
+MAX_CANDIDATE_WORKERS = 16
+MAX_SPREAD = 0.5  # a run noisier than this still gets a range, not a negative bound
+ALTERNATIVES = 4  # considered settings listed beside the recommendation
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One setting's predicted speed-up (epoch time now / then) and its range (NOTE [ Honest ranges ])."""
+
+    setting: Setting
+    changes: dict[str, Any]  # parameter -> value, against the recorded setting
+    speedup: float
+    low: float
+    high: float
+
+    @property
+    def uncertain(self) -> bool:
+        """The range includes no change at all: only a try on the machine itself can tell."""
+        return self.low <= 1.0
+
+
+def predict(model: EpochModel, setting: Setting) -> Prediction:
+    """The model's speed-up for ``setting``, widened by the run's own spread and the model's measured error."""
+    speedup = model.speedup(setting)
+    spread = min(model.spread, MAX_SPREAD)
+    return Prediction(
+        setting=setting,
+        changes=model.recorded.changed(setting),
+        speedup=speedup,
+        low=speedup / C.MODEL_HIGH * (1.0 - spread),
+        high=speedup / C.MODEL_LOW * (1.0 + spread),
+    )
+
+
+def candidates(model: EpochModel, *, prefetch: int | None = None) -> list[Setting]:
+    """Every setting worth predicting: workers, fewer intra-op threads, persistent workers, a deeper queue, pinning.
+
+    CPU-bound loading stops at one worker a core and C.SPARE_CPU_WORKERS more: beyond, more workers
+    only take a larger share of the cores from other processes, which the model would count as a gain
+    and the machine's other users as a loss. ``prefetch`` is a deeper queue worth trying (from the
+    prefetch_too_shallow rule); page-locked memory is tried only where it can change the copy to a GPU.
+    """
+    rec = model.recorded
+    threads = [rec.threads] + [t for t in range(rec.threads - 1, 0, -1) if model.step_threads > 1.2]
+    top = min(model.max_workers, MAX_CANDIDATE_WORKERS)
+    if model.cpu_bound():
+        top = min(top, math.ceil(model.cores - 1e-9) + int(C.SPARE_CPU_WORKERS))
+    pins = {rec.pin_memory, bool(rec.pin_memory or model.copy_saving_s > 0)}
+    out = []
+    for n in range(0, max(1, top) + 1):
+        for t in threads:
+            for pin in pins:
+                if n == 0:
+                    out.append(rec.but(num_workers=0, threads=t, pin_memory=pin))
+                    continue
+                for persistent in {rec.persistent_workers, True}:
+                    for depth in {rec.prefetch_factor, prefetch or rec.prefetch_factor}:
+                        out.append(
+                            rec.but(
+                                num_workers=n,
+                                threads=t,
+                                pin_memory=pin,
+                                persistent_workers=persistent,
+                                prefetch_factor=depth,
+                            )
+                        )
+    return out
+
+
+def choose(model: EpochModel, settings: Iterable[Setting]) -> tuple[Prediction, list[Prediction]]:
+    """(the setting to recommend, the alternatives considered), each with its prediction.
+
+    The least change within C.CLOSE of the best wins (the recorded setting, if it is a candidate that
+    close: more CPU-bound workers than ``candidates`` allows never are).
+    Workers that only just keep up lose more than the model's mean predicts, so where the pick's
+    workers have less than C.SURPLUS headroom, the least change whose workers have it is taken if
+    the model gives it C.ROBUST of the best (not beyond a worker a core for CPU-bound loading: more
+    only share the same cores). I/O-bound loading then gets C.IO_SURPLUS times its workers: storage
+    latency varies and a sleeping worker costs only memory.
+    """
+    scores = {s: model.speedup(s) for s in dict.fromkeys(settings)}
+    best = max(scores.values(), default=1.0)
+    near = [s for s, v in scores.items() if v >= C.CLOSE * best] or [model.recorded]
+    pick = model.recorded if model.recorded in near else _least_change(model, near)
+    if pick.num_workers > 0 and model.headroom(pick) < C.SURPLUS:
+        room = math.floor(model.cores + 1e-9) if model.cpu_bound() else MAX_CANDIDATE_WORKERS
+        fed = [
+            s
+            for s, v in scores.items()
+            if v >= C.ROBUST * best and s.num_workers <= room and s.num_workers > 0 and model.headroom(s) >= C.SURPLUS
+        ]
+        if fed:
+            pick = _least_change(model, fed)
+    if not model.cpu_bound() and pick.num_workers > 0:
+        wanted = min(model.max_workers, max(pick.num_workers, math.ceil(C.IO_SURPLUS * pick.num_workers - 1e-9)))
+        pick = pick.but(num_workers=wanted)
+    chosen = predict(model, pick)
+    others = sorted(scores, key=lambda s: -scores[s])
+    seen = {tuple(chosen.changes.items())}
+    alternatives: list[Prediction] = []
+    for s in others:
+        p = predict(model, s)
+        if p.changes and tuple(p.changes.items()) not in seen and len(alternatives) < ALTERNATIVES:
+            seen.add(tuple(p.changes.items()))
+            alternatives.append(p)
+    return chosen, alternatives
+
+
+def _least_change(model: EpochModel, settings: Iterable[Setting]) -> Setting:
+    """The fewest workers, then the most intra-op threads, then the fewest other changes."""
+    return min(settings, key=lambda s: (s.num_workers, -s.threads, len(model.recorded.changed(s))))
