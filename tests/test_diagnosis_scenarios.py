@@ -154,6 +154,7 @@ def _borderline_into(report: Any, verdicts: set[str]) -> bool:
     return bool(edge) and bool(set(edge["between"]) & verdicts)
 
 
+@pytest.mark.slow
 def test_healthy_real_run_gets_no_suggestion(recorded: Callable[[str, Check], None]) -> None:
     def check(path: str) -> None:
         report = diagnose(path)
@@ -167,6 +168,7 @@ def test_healthy_real_run_gets_no_suggestion(recorded: Callable[[str, Check], No
     ("name", "expected"),
     [("slow storage, no workers", range(2, 9)), ("cpu decoding, no workers", range(2, 4))],
 )
+@pytest.mark.slow
 def test_suggested_workers_respect_io_versus_cpu(
     recorded: Callable[[str, Check], None], name: str, expected: range
 ) -> None:

@@ -153,6 +153,7 @@ def test_a_writer_stopped_just_before_close_costs_close_about_two_seconds_and_th
     assert "stopped responding" in got["warnings"]
 
 
+@pytest.mark.slow
 def test_a_writer_killed_again_and_again_is_replaced_a_bounded_number_of_times_and_the_end_still_written(db_path):
     rec = Recording(db_path)
     for _ in range(MAX_RESTARTS + 1):
@@ -308,6 +309,7 @@ def test_the_loaders_of_one_process_share_one_writer_which_ends_with_the_last_of
     assert accounts(db_path, "later")["rows"] == 50
 
 
+@pytest.mark.slow
 def test_a_killed_shared_writer_is_replaced_for_every_run_on_it_and_each_keeps_its_accounts(db_path):
     train, val = Recording(db_path, name="train"), Recording(db_path, name="val")
     train.take(500)

@@ -360,6 +360,7 @@ def test_idle_resolver_waits_for_the_gpu_and_gives_up_on_stale_pairs():
 
 
 @pytest.mark.parametrize("entry", ["watch", "collector run", "lightning", "hf"])
+@pytest.mark.slow
 def test_every_entry_point_samples_at_the_default_rates_unless_told(entry):
     if entry == "watch":
         params = inspect.signature(collector.watch).parameters

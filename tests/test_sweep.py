@@ -54,6 +54,7 @@ def test_sweep_lands_within_10pct_of_the_grid_best_while_trying_fewer_settings(
     assert measured[chosen] >= 0.9 * min(max(measured.values()), cap)
 
 
+@pytest.mark.slow
 def test_every_trial_is_a_run_tagged_with_its_sweep_and_exactly_one_is_chosen(unpaced: tuple[str, SweepResult]) -> None:
     db, result = unpaced
     rows = query(db, "SELECT id, status, tags FROM runs ORDER BY id")

@@ -91,6 +91,7 @@ def test_sweep_by_module_name_prints_a_table_and_the_winning_line(
     assert len(query(db, "SELECT id FROM runs")) == 2
 
 
+@pytest.mark.slow
 def test_like_run_paces_the_sweep_at_a_recorded_runs_median_step(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

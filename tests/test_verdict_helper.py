@@ -40,6 +40,7 @@ class Recorded:
         return self.runs
 
 
+@pytest.mark.slow
 def test_a_ready_helper_answers_the_very_text_computed_here_and_then_ends(db_path):
     runs = recorded(db_path)
     helper = VerdictHelper()
