@@ -12,7 +12,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from collector.record.scoped import Scoped
-from collector.sample.sampler import DEFAULT_GPU_HZ, DEFAULT_HOST_HZ
+from collector.sample.sampler import DEFAULT_GPU_HZ, DEFAULT_HOST_HZ, DEFAULT_KEEP_BATCHES
 from collector.verdict.helper import VerdictHelper, print_verdict_text, start_helper
 
 
@@ -33,8 +33,9 @@ class StallwatchCallback(TrainerCallback):
         gpu_hz: float = DEFAULT_GPU_HZ,
         host_hz: float = DEFAULT_HOST_HZ,
         verdict: bool = True,
+        keep_batches: int | None = DEFAULT_KEEP_BATCHES,
     ) -> None:
-        self._recording = Scoped(db, gpu_hz, host_hz, {"callback": "hf"})
+        self._recording = Scoped(db, gpu_hz, host_hz, {"callback": "hf"}, keep_batches)
         self._verdict = verdict
         self._training = False
         self._helper: VerdictHelper | None = None

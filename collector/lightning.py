@@ -16,7 +16,7 @@ except ImportError:  # the older package name
     from pytorch_lightning.callbacks import Callback  # type: ignore[assignment]
 
 from collector.record.scoped import Scoped
-from collector.sample.sampler import DEFAULT_GPU_HZ, DEFAULT_HOST_HZ
+from collector.sample.sampler import DEFAULT_GPU_HZ, DEFAULT_HOST_HZ, DEFAULT_KEEP_BATCHES
 from collector.verdict.helper import VerdictHelper, print_verdict_text, start_helper
 
 
@@ -37,9 +37,10 @@ class StallwatchCallback(Callback):
         gpu_hz: float = DEFAULT_GPU_HZ,
         host_hz: float = DEFAULT_HOST_HZ,
         verdict: bool = True,
+        keep_batches: int | None = DEFAULT_KEEP_BATCHES,
     ) -> None:
         super().__init__()
-        self._recording = Scoped(db, gpu_hz, host_hz, {"callback": "lightning"})
+        self._recording = Scoped(db, gpu_hz, host_hz, {"callback": "lightning"}, keep_batches)
         self._verdict = verdict
         self._helper: VerdictHelper | None = None
 

@@ -10,6 +10,7 @@ import pytest
 from collector.store.connection import Store
 from collector.store.export_queries import epoch_starts
 from collector.store.reader import Reader
+from collector.store.rollup_schema import ROLLUP_TABLES
 from collector.store.schema import MIGRATIONS, RUN_DEFAULTS, SCHEMA_VERSION
 
 RUN = dict(config={}, host={}, versions={}, hostname="h", pid=1, command="train.py", rank=None, world_size=None)
@@ -29,7 +30,7 @@ LATER_COLUMNS = {3: V3_COLUMNS, 4: V4_COLUMNS}
 
 
 def make_old_file(path: str, version: int) -> None:
-    """A file as stallwatch ``version`` (1 to 3) wrote it: this schema less what later versions added."""
+    """A file as stallwatch ``version`` (1 to 4) wrote it: this schema less what later versions added."""
     store = Store(path)
     store.create_run("old", **RUN)
     store.close()
@@ -44,6 +45,9 @@ def make_old_file(path: str, version: int) -> None:
             conn.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
     if version < 3:
         conn.execute("DROP TABLE worker_exits")
+    if version < 5:
+        for table in ROLLUP_TABLES:
+            conn.execute(f"DROP TABLE {table}")
     conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(version),))
     conn.close()
 
@@ -59,7 +63,7 @@ def schema_version(path: str) -> int:
 
 def test_every_column_added_since_version_1_has_a_default_for_readers():
     added = {s.split()[5] for v in (2, 3, 4) for s in MIGRATIONS[v] if s.startswith("ALTER TABLE runs")}
-    assert added == set(RUN_DEFAULTS) and SCHEMA_VERSION == 4
+    assert added == set(RUN_DEFAULTS) and SCHEMA_VERSION == 5
     for version, columns in LATER_COLUMNS.items():
         other = {(s.split()[2], s.split()[5]) for s in MIGRATIONS[version] if s.startswith("ALTER") and "runs" not in s}
         assert other == set(columns)
@@ -113,7 +117,7 @@ def test_a_version_3_file_reads_without_the_collectors_own_time_and_is_migrated_
         assert epoch_starts(conn, run_id, 0) == {0: (1.0, 0.25)}
     assert schema_version(db_path) == 3
     Store(db_path).close()
-    assert schema_version(db_path) == 4
+    assert schema_version(db_path) == SCHEMA_VERSION
     with sqlite3.connect(db_path) as conn:
         assert conn.execute("SELECT first_batch_s, collector_s FROM epochs").fetchall() == [(0.25, None)]
         conn.execute("UPDATE epochs SET collector_s = 0.05")

@@ -16,6 +16,7 @@ from typing import Any, TextIO
 from collector.cli.args import add_db_option
 from collector.errors import StallwatchError
 from collector.sample.sampler import DEFAULT_GPU_HZ, DEFAULT_HOST_HZ, Rates
+from collector.store.fold import DEFAULT_KEEP_BATCHES
 
 EXIT_EXCEPTION = 1  # what Python itself exits with on an uncaught exception
 SIGINT_EXIT = 130  # what a shell reports for a process ended by Ctrl-C
@@ -29,12 +30,20 @@ def add_parser(subparsers: Any) -> None:
         "as if wrapped with watch(): one run per DataLoader, named after the file:line that created it. "
         "The script's arguments, output, exceptions and exit code pass through unchanged; stallwatch "
         "prints its verdict on stderr when the script ends. Options go before the script.",
-        usage="python -m collector run [--db DB] [--gpu-hz HZ] [--host-hz HZ] (SCRIPT | -m MODULE) [ARGS ...]",
+        usage="python -m collector run [--db DB] [--gpu-hz HZ] [--host-hz HZ] [--keep-batches N] (SCRIPT | -m MODULE) [ARGS ...]",
     )
     add_db_option(parser)
     parser.add_argument("--gpu-hz", type=float, default=DEFAULT_GPU_HZ, help="GPU samples per second (0: off)")
     parser.add_argument(
         "--host-hz", type=float, default=DEFAULT_HOST_HZ, help="host and process samples per second (0: off)"
+    )
+    parser.add_argument(
+        "--keep-batches",
+        type=_keep,
+        default=DEFAULT_KEEP_BATCHES,
+        metavar="N",
+        help=f"per-batch rows kept: the newest N batches of each run and its first epoch; older ones are "
+        f"folded into per-second rollups (default {DEFAULT_KEEP_BATCHES:,}; 'all' keeps every row)",
     )
     parser.add_argument("--no-verdict", action="store_true", help="do not print the verdict when the script ends")
     parser.add_argument(
@@ -42,6 +51,16 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument("argv", nargs=argparse.REMAINDER, metavar="SCRIPT ARGS", help="the script and its arguments")
     parser.set_defaults(handler=_main)
+
+
+def _keep(text: str) -> int | None:
+    """--keep-batches: a whole number, or 'all' (every batch stays a row)."""
+    if text.strip().lower() in ("all", "none"):
+        return None
+    try:
+        return int(text.replace(",", "").replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a whole number of batches or 'all', got {text!r}") from None
 
 
 def _main(args: argparse.Namespace) -> int:
@@ -63,14 +82,16 @@ def _main(args: argparse.Namespace) -> int:
     if os.path.isdir(args.db):
         raise StallwatchError(f"--db {args.db} is a directory; pass a file path")
     try:
-        rates = Rates(gpu_hz=args.gpu_hz, host_hz=args.host_hz)
+        rates = Rates(gpu_hz=args.gpu_hz, host_hz=args.host_hz, keep_batches=args.keep_batches)
     except ValueError as exc:
         raise StallwatchError(str(exc)) from None
     script = " ".join([("-m " if is_module else "") + target, *script_args])
     tags = {"collector_run": script, "launch": f"{socket.gethostname()}:{os.getpid()}:{time.time():.3f}"}
     auto = AutoWatch(os.path.abspath(args.db), rates, tags=tags)
     # Every Python the script starts records too (Lightning's DDP launcher, spawn): NOTE [ Child processes ].
-    children = child_environment(os.path.abspath(args.db), args.gpu_hz, args.host_hz, tags, os.environ)
+    children = child_environment(
+        os.path.abspath(args.db), args.gpu_hz, args.host_hz, tags, os.environ, keep_batches=args.keep_batches
+    )
     helper = None if args.no_verdict else start_helper()  # NOTE [ Verdict beside the job ]
     restore = set_environment({**children, **job_start(os.environ)})
     try:

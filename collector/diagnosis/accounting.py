@@ -52,15 +52,29 @@ class Spans:
         return inside
 
 
-def active_spans(batches: pd.DataFrame, epochs: pd.DataFrame, windowed: bool) -> Spans:
-    """Each epoch in the data, from its iter() (a window's first from its first request) to its end."""
+def active_spans(
+    batches: pd.DataFrame, epochs: pd.DataFrame, windowed: bool, rollups: pd.DataFrame | None = None
+) -> Spans:
+    """Each epoch in the data, from its iter() (a window's first from its first request) to its end.
+
+    ``rollups`` (rollup_queries.epoch_rollups) widen each epoch to its folded batches (NOTE [ Rollups ]).
+    """
     per_epoch = batches.groupby("epoch").agg(first=("ts", "min"), last=("ts", "max"), wait=("wait_s", "first"))
+    per_epoch["begin"] = per_epoch["first"] - per_epoch["wait"]
     first_idx = batches.groupby("epoch")["idx"].min()
+    if rollups is not None and not rollups.empty:
+        folded = rollups.groupby("epoch").agg(
+            start_ts=("start_ts", "min"), end_ts=("end_ts", "max"), first_idx=("first_idx", "min")
+        )
+        per_epoch = per_epoch.reindex(per_epoch.index.union(folded.index))
+        per_epoch["begin"] = per_epoch["begin"].fillna(np.inf).combine(folded["start_ts"], min, fill_value=np.inf)
+        per_epoch["last"] = per_epoch["last"].fillna(-np.inf).combine(folded["end_ts"], max, fill_value=-np.inf)
+        first_idx = first_idx.combine(folded["first_idx"], min, fill_value=np.iinfo(np.int64).max)
     rows = epochs.set_index("epoch") if not epochs.empty else pd.DataFrame(columns=["started_at", "ended_at"])
     own = collector_seconds(epochs)
     starts, ends, end_wait, collector = [], [], 0.0, 0.0
     for i, (epoch, span) in enumerate(per_epoch.iterrows()):
-        start = float(span["first"] - span["wait"])
+        start = float(span["begin"])
         whole = not (windowed and i == 0) and int(first_idx[epoch]) == 0
         if whole and epoch in rows.index and pd.notna(rows.at[epoch, "started_at"]):
             start = min(start, float(rows.at[epoch, "started_at"]))

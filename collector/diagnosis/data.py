@@ -11,6 +11,7 @@ import pandas as pd
 from collector.errors import InsufficientData, RunInProgress
 from collector.store.diagnosis_queries import batch_aggregates, lean_batches
 from collector.store.reader import Reader
+from collector.store.rollup_queries import epoch_rollups, rollup_aggregates
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,7 @@ class RunData:
     aggregates: dict[str, Any] = field(default_factory=dict)  # batch_aggregates()
     worker_exits: pd.DataFrame = field(default_factory=pd.DataFrame)  # each worker's whole life (schema 3)
     window: dict[str, Any] | None = None  # {"window_s": ..} or {"last_batches": ..}; None: whole run
+    rollups: pd.DataFrame = field(default_factory=pd.DataFrame)  # per epoch, batches no longer rows (NOTE [ Rollups ])
 
     @property
     def config(self) -> dict[str, Any]:
@@ -79,6 +81,10 @@ def load_run(
         window = {"window_s": float(window_s)}
     elif last_batches is not None:
         window = {"last_batches": int(last_batches)}
+    rollups = pd.DataFrame() if windowed else epoch_rollups(reader, run_id)
+    aggregates = batch_aggregates(reader, run_id, start=start)
+    if not rollups.empty:
+        aggregates = _with_folded(aggregates, rollup_aggregates(reader, run_id))
     return RunData(
         run=info,
         batches=batches,
@@ -86,7 +92,23 @@ def load_run(
         gpu=reader.gpu_samples(run_id, since_ts=first_ts),
         host=reader.host_samples(run_id, since_ts=first_ts),
         procs=reader.proc_samples(run_id, since_ts=first_ts),
-        aggregates=batch_aggregates(reader, run_id, start=start),
+        aggregates=aggregates,
         worker_exits=reader.worker_exits(run_id),
         window=window,
+        rollups=rollups,
     )
+
+
+def _with_folded(rows: dict[str, Any], folded: dict[str, Any]) -> dict[str, Any]:
+    """``batch_aggregates`` over the rows and the rollups together: counts and sums add, means are weighed."""
+    out = dict(rows)
+    for key in ("pinned_known", "pinned_true", "gpu_idle_known"):
+        out[key] = (rows.get(key) or 0) + int(folded.get(key) or 0)
+    if folded.get("gpu_idle_s") is not None:
+        out["gpu_idle_s"] = (rows.get("gpu_idle_s") or 0.0) + float(folded["gpu_idle_s"])
+    n_rows, n_folded = rows.get("described") or 0, int(folded.get("described") or 0)
+    if n_folded:
+        for mean, total in (("samples_mean", "samples_sum"), ("nbytes_mean", "nbytes_sum")):
+            out[mean] = ((rows.get(mean) or 0.0) * n_rows + float(folded.get(total) or 0.0)) / (n_rows + n_folded)
+        out["described"] = n_rows + n_folded
+    return out

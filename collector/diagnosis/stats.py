@@ -78,6 +78,7 @@ class Facts:
     disk_read_bps: float | None  # host disk reads, mean over the run
     shuffle: bool | None  # None: not known (a plain iterable)
     pinned_share: float | None  # share of described batches that were pinned
+    folded_batches: int = 0  # of ``batches``, those read from rollups: in the totals, not the distributions
 
 
 def _q(values: np.ndarray, q: float) -> float:
@@ -108,7 +109,9 @@ def measure(data: RunData) -> Facts:
     from_iter = run_start_in_data and not row0.empty  # the first iter() is in the data
     t_first = float(row0["started_at"].iloc[0]) if from_iter else float(ts[0] - wait[0])
     wall = max(float(ts[-1] - t_first), 1e-9)
-    spans = active_spans(b, epochs, windowed=data.window is not None)
+    r = data.rollups  # the batches folded into rollups (NOTE [ Rollups ]): their sums count in every total
+    folded = int(r["batches"].sum()) if not r.empty else 0
+    spans = active_spans(b, epochs, windowed=data.window is not None, rollups=r)
     active = max(spans.active_s, 1e-9)
     steady_wait_mean = float(wait[steady].mean())
     starts = epoch_starts(b, epochs, n_workers, steady_wait_mean)
@@ -120,7 +123,9 @@ def measure(data: RunData) -> Facts:
         warmup_s = max(0.0, warmup_s - float(own_first.sum()))
     later = starts[starts["epoch"] != first_epoch] if run_start_in_data else starts
     ends = max(0.0, spans.end_wait_s - handoff * len(spans.starts))
-    input_wait = float(stall[~warm].sum() + later["iter_s"].sum() + ends)
+    input_wait = float(stall[~warm].sum() + later["iter_s"].sum() + ends) + (
+        float(r["stall_s"].sum()) if folded else 0.0
+    )
     cycles = wait[steady] + np.nan_to_num(step[steady])
     step_steady = step[steady & ~np.isnan(step)]
     cycle = float(cycles.mean())
@@ -137,17 +142,18 @@ def measure(data: RunData) -> Facts:
     described = agg.get("pinned_known") or 0
     gpu_known = agg.get("gpu_idle_known") or 0
     host_mem = data.host["mem_available_bytes"].dropna() if not data.host.empty else pd.Series(dtype=float)
+    n_epochs = int(np.union1d(b["epoch"].unique(), r["epoch"].to_numpy() if folded else []).size)
     return Facts(
-        batches=len(b),
+        batches=len(b) + folded,
         steady_batches=int(steady.sum()),
-        epochs=int(b["epoch"].nunique()),
+        epochs=n_epochs,
         wall_s=wall,
         active_s=active,
-        wait_s=float(wait.sum() + iter_total + spans.end_wait_s),
+        wait_s=float(wait.sum() + iter_total + spans.end_wait_s) + (float(r["wait_s"].sum()) if folded else 0.0),
         warmup_s=warmup_s,
         input_wait_s=input_wait,
         input_fraction=min(1.0, input_wait / max(active - warmup_s, 1e-9)),
-        input_range=stall_range(b, stall, steady, cycles, min(1.0, input_wait / max(active - warmup_s, 1e-9))),
+        input_range=stall_range(b, stall, steady, cycles, min(1.0, input_wait / max(active - warmup_s, 1e-9)), r),
         steady_stall_fraction=float(stall[steady].sum() / max(cycles.sum(), 1e-12)),
         handoff_s=handoff,
         step_mean_s=float(step_steady.mean()) if len(step_steady) else 0.0,
@@ -156,8 +162,8 @@ def measure(data: RunData) -> Facts:
         wait_p95_s=_q(wait[steady], 0.95),
         wait_p99_s=_q(wait[steady], 0.99),
         cycle_s=cycle,
-        cycle_spread=time_spread(b, ~warm, wait + np.nan_to_num(step)),
-        batches_per_s=len(b) / wall,
+        cycle_spread=time_spread(b, ~warm, wait + np.nan_to_num(step), r),
+        batches_per_s=(len(b) + folded) / wall,
         steady_batches_per_s=1.0 / cycle if cycle > 0 else 0.0,
         epoch_lost_s=tuple(float(v) for v in later["lost_s"]),
         epoch_first_s=tuple(float(v) for v in later["first_s"]),
@@ -182,7 +188,7 @@ def measure(data: RunData) -> Facts:
         main_runq_cores=job.main_runq_cores,
         accounting_exact=job.exact,
         torch_threads=_int(data.run.get("torch_threads")),
-        epoch_batches=len(b) / max(1, int(b["epoch"].nunique())),
+        epoch_batches=(len(b) + folded) / max(1, n_epochs),
         end_wait_s=spans.end_wait_s,
         collector_s=spans.collector_s,
         fetch_concurrency=load.concurrency,
@@ -194,6 +200,7 @@ def measure(data: RunData) -> Facts:
         disk_read_bps=_mean(data.host, "disk_read_bps"),
         shuffle=cfg.get("shuffle"),
         pinned_share=(agg.get("pinned_true") or 0) / described if described else None,
+        folded_batches=folded,
     )
 
 
@@ -207,8 +214,29 @@ def _mean(df: pd.DataFrame, column: str) -> float | None:
     return float(df[column].mean())
 
 
+def _points(
+    b: pd.DataFrame, idx: np.ndarray, values: dict[str, np.ndarray], rollups: pd.DataFrame | None
+) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """(ts, epoch, values) of the rows at ``idx``, each a batch (``n`` 1), and of each rollup minute (``n`` its batches)."""
+    ts, epoch = b["ts"].to_numpy()[idx], b["epoch"].to_numpy()[idx]
+    values = {**values, "n": np.ones(len(idx))}
+    if rollups is None or rollups.empty:
+        return ts, epoch, values
+    folded = {"stall": rollups["stall_s"], "cycle": rollups["wait_s"] + rollups["step_s"], "n": rollups["batches"]}
+    ts = np.concatenate([ts, rollups["end_ts"].to_numpy(dtype=float)])
+    order = np.argsort(ts, kind="stable")
+    epoch = np.concatenate([epoch, rollups["epoch"].to_numpy()])[order]
+    merged = {k: np.concatenate([v, folded[k].to_numpy(dtype=float)])[order] for k, v in values.items()}
+    return ts[order], epoch, merged
+
+
 def stall_range(
-    b: pd.DataFrame, stall: np.ndarray, steady: np.ndarray, cycles: np.ndarray, point: float
+    b: pd.DataFrame,
+    stall: np.ndarray,
+    steady: np.ndarray,
+    cycles: np.ndarray,
+    point: float,
+    rollups: pd.DataFrame | None = None,
 ) -> tuple[float, float]:
     """NOTE [ Stable answers ]: ``point`` plus or minus the uncertainty of the steady stall share.
 
@@ -218,10 +246,12 @@ def stall_range(
     their mean. The verdict and each symptom carry such a range, and one whose
     range straddles its threshold is reported as borderline, with the range,
     rather than flipping between two answers from one run to the next.
+    A file's rollups (NOTE [ Rollups ]) take part, each minute of them with its batches.
     """
     idx = np.flatnonzero(steady)
-    groups = window_edges(b["ts"].to_numpy()[idx], b["epoch"].to_numpy()[idx], WINDOWS)
-    s, c = stall[idx], cycles
+    ts, epoch, v = _points(b, idx, {"stall": stall[idx], "cycle": cycles}, rollups)
+    groups = window_edges(ts, epoch, WINDOWS)
+    s, c = v["stall"], v["cycle"]
     per = np.array([s[g].sum() / max(c[g].sum(), 1e-12) for g in groups])
     weights = np.array([c[g].sum() for g in groups])
     lo, hi = mean_range(per, weights)
@@ -229,7 +259,9 @@ def stall_range(
     return max(0.0, point - half), min(1.0, point + half)
 
 
-def time_spread(b: pd.DataFrame, after_warmup: np.ndarray, cycles: np.ndarray) -> float:
+def time_spread(
+    b: pd.DataFrame, after_warmup: np.ndarray, cycles: np.ndarray, rollups: pd.DataFrame | None = None
+) -> float:
     """How much the time a batch (its wait and its step) varies over epochs, or equal windows: std / mean.
 
     NOTE [ Honest ranges ]
@@ -241,8 +273,9 @@ def time_spread(b: pd.DataFrame, after_warmup: np.ndarray, cycles: np.ndarray) -
     (C.MODEL_LOW and C.MODEL_HIGH, NOTE [ Calibration table ]).
     """
     idx = np.flatnonzero(after_warmup)
-    groups = window_edges(b["ts"].to_numpy()[idx], b["epoch"].to_numpy()[idx], WINDOWS)
-    per = np.array([cycles[idx][g].mean() for g in groups if len(g)])
+    ts, epoch, v = _points(b, idx, {"cycle": cycles[idx]}, rollups)
+    groups = window_edges(ts, epoch, WINDOWS)
+    per = np.array([v["cycle"][g].sum() / max(v["n"][g].sum(), 1e-12) for g in groups if len(g)])
     if len(per) < 2 or per.mean() <= 0:
         return 0.0
     return float(per.std() / per.mean())

@@ -47,6 +47,7 @@ def summary(facts: Facts, data: RunData) -> dict[str, Any]:
         "gpu_util_pct": util,
         "gpu_idle_s": None if facts.gpu_idle_s is None else round(float(facts.gpu_idle_s), 4),
         "window": data.window,
+        "folded_batches": facts.folded_batches,
         "time_split": time_split(facts),
         "threads": {"torch": facts.torch_threads, "cores": facts.usable_cores},
         "cpu_cores": {

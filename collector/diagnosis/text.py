@@ -64,6 +64,12 @@ def render(report: Report) -> str:
         f"{ms(s['wait_s']['p50'])} p95 {ms(s['wait_s']['p95'])}; step p50 {ms(s['step_s']['p50'])}; "
         f"GPU util {util_text}"
     )
+    if s.get("folded_batches"):
+        lines.append(
+            f"  {s['folded_batches']} of the batches are past the file's window and read from per-second rollups: "
+            f"the totals and the stall include them; percentiles and workers are over the {s['batches'] - s['folded_batches']} "
+            "kept as rows (the first epoch and the newest)"
+        )
     if s.get("warmup_s") or s.get("epoch_start_lost_s"):
         lines.append(f"  warm-up {s['warmup_s']:.2f} s; epoch starts lost {s['epoch_start_lost_s']:.2f} s")
     own = s.get("collector_s") or 0.0

@@ -30,11 +30,16 @@ TARGET = "torch.utils.data.dataloader"
 
 
 def child_environment(
-    db: str, gpu_hz: float, host_hz: float, tags: Mapping[str, Any], environ: Mapping[str, str]
+    db: str,
+    gpu_hz: float,
+    host_hz: float,
+    tags: Mapping[str, Any],
+    environ: Mapping[str, str],
+    keep_batches: int | None = None,
 ) -> dict[str, str]:
     """The variables that make every Python child record like this process (see NOTE [ Child processes ])."""
     path = [CHILD_PATH, *filter(None, environ.get("PYTHONPATH", "").split(os.pathsep)), PACKAGE_ROOT]
-    settings = {"db": db, "gpu_hz": gpu_hz, "host_hz": host_hz, "tags": dict(tags)}
+    settings = {"db": db, "gpu_hz": gpu_hz, "host_hz": host_hz, "tags": dict(tags), "keep_batches": keep_batches}
     return {ENV: json.dumps(settings, default=str), "PYTHONPATH": os.pathsep.join(path)}
 
 
@@ -61,7 +66,11 @@ def boot(environ: Mapping[str, str] = os.environ) -> None:
         from collector.record.autowatch import AutoWatch
         from collector.sample.sampler import Rates
 
-        rates = Rates(gpu_hz=float(settings["gpu_hz"]), host_hz=float(settings["host_hz"]))
+        rates = Rates(
+            gpu_hz=float(settings["gpu_hz"]),
+            host_hz=float(settings["host_hz"]),
+            keep_batches=settings.get("keep_batches"),
+        )
         # the class from the module just executed: torch.utils.data itself is still being imported
         auto = AutoWatch(settings["db"], rates, tags=settings.get("tags") or {}, loader_class=module.DataLoader)
         auto.install()

@@ -10,6 +10,7 @@ from collector.errors import CollectorWarning
 from collector.record import autowatch
 from collector.record.runinfo import job_start
 from collector.sample.sampler import Rates
+from collector.store.fold import DEFAULT_KEEP_BATCHES
 from collector.store.schema import DEFAULT_DB, default_db_path
 
 
@@ -21,12 +22,19 @@ class Scoped:
     framework launches its ranks, it exports the job's start time for them (NOTE [ Job id ]).
     """
 
-    def __init__(self, db: str | os.PathLike[str] | None, gpu_hz: float, host_hz: float, tags: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        db: str | os.PathLike[str] | None,
+        gpu_hz: float,
+        host_hz: float,
+        tags: dict[str, Any],
+        keep_batches: int | None = DEFAULT_KEEP_BATCHES,
+    ) -> None:
         path = os.fspath(db) if db is not None else default_db_path()
         if os.path.isdir(path):
             raise ValueError(f"db={path!r} is a directory: pass a file path such as {os.path.join(path, DEFAULT_DB)!r}")
         self.db = os.path.abspath(path)
-        self.rates = Rates(gpu_hz=gpu_hz, host_hz=host_hz)
+        self.rates = Rates(gpu_hz=gpu_hz, host_hz=host_hz, keep_batches=keep_batches)
         self.tags = dict(tags)
         self.auto: autowatch.AutoWatch | None = None
         os.environ.update(job_start(os.environ))

@@ -15,6 +15,7 @@ from collector.record.runinfo import generated_name
 from collector.record.session import READY_TIMEOUT_S, Session
 from collector.record.worker_timing import TimingRings
 from collector.sample.sampler import DEFAULT_GPU_HZ, DEFAULT_HOST_HZ, Rates
+from collector.store.fold import DEFAULT_KEEP_BATCHES
 from collector.store.schema import DEFAULT_DB, default_db_path
 
 
@@ -196,7 +197,7 @@ def _is_dataloader_class(cls: type) -> bool:
     return data is not None and issubclass(cls, data.DataLoader)
 
 
-WATCH_KEYWORDS = ("db", "run", "gpu_hz", "host_hz", "tags")
+WATCH_KEYWORDS = ("db", "run", "gpu_hz", "host_hz", "tags", "keep_batches")
 
 
 def watch(
@@ -207,6 +208,7 @@ def watch(
     gpu_hz: float = DEFAULT_GPU_HZ,
     host_hz: float = DEFAULT_HOST_HZ,
     tags: Mapping[str, Any] | None = None,
+    keep_batches: int | None = DEFAULT_KEEP_BATCHES,
     **unknown: NoReturn,
 ) -> WatchedLoader:
     """Wrap ``loader`` so every batch's wait is recorded into a SQLite file.
@@ -214,12 +216,14 @@ def watch(
     ``db`` defaults to ``$STALLWATCH_DB`` or ``stallwatch.sqlite`` in the working
     directory; ``run`` to a generated readable name. ``gpu_hz`` and ``host_hz``
     set the background sampling rates (0 turns one off); ``tags`` are stored
-    with the run. Bad arguments raise here; nothing the collector does later
+    with the run. ``keep_batches`` bounds the file: per-batch rows are kept for
+    the newest that many batches and the first epoch, older ones folded into
+    per-second rollups (None keeps every row; see docs/long-runs.md). Bad arguments raise here; nothing the collector does later
     ever raises into the loop.
     """
     if unknown:
         raise TypeError(unknown_keywords("watch", unknown, WATCH_KEYWORDS))
-    return watch_with(loader, db, run, gpu_hz=gpu_hz, host_hz=host_hz, tags=tags)
+    return watch_with(loader, db, run, gpu_hz=gpu_hz, host_hz=host_hz, tags=tags, keep_batches=keep_batches)
 
 
 def unknown_keywords(function: str, given: Mapping[str, Any], valid: tuple[str, ...]) -> str:
@@ -240,6 +244,7 @@ def watch_with(
     gpu_hz: float = DEFAULT_GPU_HZ,
     host_hz: float = DEFAULT_HOST_HZ,
     tags: Mapping[str, Any] | None = None,
+    keep_batches: int | None = DEFAULT_KEEP_BATCHES,
     **session_kwargs: Any,
 ) -> WatchedLoader:
     """``watch``, also taking the Session's and the Monitor's parameters: a sweep's ``iterate``, tests' fakes."""
@@ -261,7 +266,7 @@ def watch_with(
         raise ValueError(f"db={path!r} is a directory: pass a file path such as {os.path.join(path, DEFAULT_DB)!r}")
     if run is not None and (not isinstance(run, str) or not run.strip()):
         raise ValueError(f"run must be a non-empty string naming the run, got {run!r}")
-    rates = Rates(gpu_hz=gpu_hz, host_hz=host_hz)
+    rates = Rates(gpu_hz=gpu_hz, host_hz=host_hz, keep_batches=keep_batches)
     if tags is not None and not isinstance(tags, Mapping):
         raise TypeError(
             f"tags must be a mapping of names to values, e.g. tags={{'lr': 0.1}}, got {type(tags).__name__}"

@@ -10,6 +10,8 @@ from typing import Any
 
 from collector.sample.host import HostSampler
 from collector.sample.nvml import Nvml
+from collector.store.fold import DEFAULT_KEEP_BATCHES as DEFAULT_KEEP_BATCHES  # re-exported for the callbacks
+from collector.store.fold import MIN_KEEP_BATCHES
 from collector.store.schema import SAMPLE_TABLES
 
 Warn = Callable[[str, str], None]
@@ -53,10 +55,14 @@ DEFAULT_HOST_HZ = 2.0
 
 @dataclass(frozen=True)
 class Rates:
+    """What the writer takes and keeps: samples per second, and the per-batch rows' window (NOTE [ Rollups ])."""
+
     gpu_hz: float = DEFAULT_GPU_HZ
     host_hz: float = DEFAULT_HOST_HZ
+    keep_batches: int | None = DEFAULT_KEEP_BATCHES  # None: every batch stays a row
 
     def __post_init__(self) -> None:
+        check_keep_batches(self.keep_batches)
         for name in ("gpu_hz", "host_hz"):
             value = getattr(self, name)
             number = isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -65,6 +71,17 @@ class Rates:
                     f"{name} must be a number of samples per second from 0 to {MAX_HZ:g} "
                     f"(0 turns that sampling off), got {value!r}"
                 )
+
+
+def check_keep_batches(value: object) -> None:
+    """Raises, saying how to fix it, unless ``value`` is None or an integer of at least MIN_KEEP_BATCHES."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < MIN_KEEP_BATCHES:
+        raise ValueError(
+            f"keep_batches must be a whole number of batches of at least {MIN_KEEP_BATCHES:,} (or None to keep "
+            f"every batch as a row), got {value!r}"
+        )
 
 
 class Sampler:

@@ -7,11 +7,12 @@ import os
 import random
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from collector.errors import CannotWrite, NotAStallwatchFile, SchemaTooNew
+from collector.store.rollup_schema import ROLLUP_DDL
 from collector.store.schema import APP_ID, DDL, MIGRATIONS, SAMPLE_TABLES, SCHEMA_VERSION
 
 BUSY_TIMEOUT_MS = 5_000
@@ -78,12 +79,15 @@ def _padded(rows: Iterable[Row], width: int) -> Iterable[Row]:
 # totals: the batches the loop was handed (the monitor counts them) and the
 # samples every writer of the run took (each tells the monitor as it takes
 # them; a replacement learns its predecessors' total in its Open frame).
-# Heartbeats store the monitor's running estimate.
+# Heartbeats store the monitor's running estimate. Rows folded into rollups
+# (NOTE [ Rollups ] in collector/store/fold.py) count as stored: their rollups' counts.
 DROPPED_UPDATE = (
-    "UPDATE runs SET dropped_records = MAX(0, ? - (SELECT COUNT(*) FROM batches WHERE run_id = ?)),"
-    " dropped_samples = MAX(0, ? - (SELECT COUNT(*) FROM gpu_samples WHERE run_id = ?)"
-    " - (SELECT COUNT(*) FROM host_samples WHERE run_id = ?) - (SELECT COUNT(*) FROM proc_samples WHERE run_id = ?))"
-    " WHERE id = ?"
+    "UPDATE runs SET dropped_records = MAX(0, ?2 - (SELECT COUNT(*) FROM batches WHERE run_id = ?1)"
+    " - (SELECT TOTAL(batches) FROM batch_rollups WHERE run_id = ?1)),"
+    " dropped_samples = MAX(0, ?3 - (SELECT COUNT(*) FROM gpu_samples WHERE run_id = ?1)"
+    " - (SELECT COUNT(*) FROM host_samples WHERE run_id = ?1) - (SELECT COUNT(*) FROM proc_samples WHERE run_id = ?1)"
+    " - (SELECT TOTAL(samples) FROM gpu_rollups WHERE run_id = ?1) - (SELECT TOTAL(samples) FROM host_rollups"
+    " WHERE run_id = ?1) - (SELECT TOTAL(samples) FROM proc_rollups WHERE run_id = ?1)) WHERE id = ?1"
 )
 
 
@@ -178,7 +182,7 @@ class Store:
         self.conn.execute("PRAGMA synchronous = NORMAL")
         with self.transaction() as conn:
             if not table_names(conn):  # checked again: another process may have won
-                for statement in DDL.split(";"):
+                for statement in (DDL + ";" + ROLLUP_DDL).split(";"):
                     if statement.strip():
                         conn.execute(statement)
                 conn.executemany(
@@ -271,6 +275,7 @@ class Store:
         run_id: int | None = None,
         statements: Iterable[tuple[str, Iterable[Row]]] = (),
         totals: tuple[int, int] | None = None,
+        fold: Callable[[sqlite3.Connection], None] | None = None,
     ) -> None:
         """Insert batched rows, upsert epochs and update the run in one transaction.
 
@@ -278,6 +283,7 @@ class Store:
         pairs built by ``batch_insert_sql`` and ``fetch_insert_sql`` or ``GPU_IDLE_UPDATE``.
         ``totals`` (batches iterated, samples taken) sets the run's dropped
         counts to what is missing from its rows: see NOTE [ Accounting ].
+        ``fold`` folds rows past the run's window, after the inserts (NOTE [ Rollups ]).
         """
         with self.transaction() as conn:
             for sql, sql_rows in statements:
@@ -291,11 +297,13 @@ class Store:
                 " worker_pids=excluded.worker_pids, end_wait_s=excluded.end_wait_s, collector_s=excluded.collector_s",
                 (tuple(row) + (None,) * (EPOCH_FIELDS - len(row)) for row in epochs),  # rows without the newer fields
             )
+            if fold is not None:
+                fold(conn)
             if run_update and run_id is not None:
                 columns = ", ".join(f"{key} = ?" for key in run_update)
                 conn.execute(f"UPDATE runs SET {columns} WHERE id = ?", (*run_update.values(), run_id))
             if totals is not None and run_id is not None:
-                conn.execute(DROPPED_UPDATE, (totals[0], run_id, totals[1], run_id, run_id, run_id, run_id))
+                conn.execute(DROPPED_UPDATE, (run_id, totals[0], totals[1]))
 
     def close(self) -> None:
         self.conn.close()

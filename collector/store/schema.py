@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+from collector.store.rollup_schema import ROLLUP_DDL
+
 APP_ID = "stallwatch"
 DEFAULT_DB = "stallwatch.sqlite"  # the one default file name: watch(), every subcommand, the dashboard
 ENV_DB = "STALLWATCH_DB"
@@ -15,7 +17,7 @@ def default_db_path(environ: Mapping[str, str] = os.environ) -> str:
     return environ.get(ENV_DB) or DEFAULT_DB
 
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 SAMPLE_TABLES = ("gpu_samples", "host_samples", "proc_samples")  # the tables the writer's Sampler fills
 
 # NOTE [ Schema versions ]
@@ -36,6 +38,8 @@ SAMPLE_TABLES = ("gpu_samples", "host_samples", "proc_samples")  # the tables th
 #   4: epochs.collector_s: the collector's own work on the training thread
 #      inside the epoch's first_batch_s (NOTE [ The collector's own time ] in
 #      collector/record/session.py), never counted as waiting for data.
+#   5: the rollup tables (ROLLUP_DDL): rows past a run's window folded into
+#      sums (NOTE [ Rollups ] in collector/store/fold.py).
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     2: (
         "ALTER TABLE runs ADD COLUMN job_id TEXT",
@@ -206,3 +210,5 @@ CREATE TABLE IF NOT EXISTS proc_samples (
 );
 CREATE INDEX IF NOT EXISTS proc_samples_run_ts ON proc_samples (run_id, ts);
 """
+
+MIGRATIONS[5] = tuple(statement.strip() for statement in ROLLUP_DDL.split(";") if statement.strip())

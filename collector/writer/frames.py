@@ -151,7 +151,7 @@ def open_failure(db_path: str, exc: BaseException) -> Warned:
 # decoding it can never run code or import a module. It encodes exact tuples
 # only, so each message travels as a tagged tuple and is named again on
 # arrival (decode_frame, decode_replies):
-#   ("open", db_path, run_start_fields, wall0_s, perf0_ns, (gpu_hz, host_hz), run_id, samples_before)
+#   ("open", db_path, run_start_fields, wall0_s, perf0_ns, (gpu_hz, host_hz, keep_batches), run_id, samples_before)
 #   ("flush", records, timed, epoch_rows, fetches, idle, update, iterated)
 #   ("close",)
 # and the writer's replies are lists of ("run_id", id) | ("warn", key, text)
@@ -191,7 +191,7 @@ def encode_frame(frame: Frame) -> bytes:
 
 def frame_payload(frame: Frame) -> tuple[Any, ...]:
     if isinstance(frame, Open):
-        rates = (frame.rates.gpu_hz, frame.rates.host_hz)
+        rates = (frame.rates.gpu_hz, frame.rates.host_hz, frame.rates.keep_batches)
         start = vars(frame.start)
         payload: tuple[Any, ...] = (
             "open",

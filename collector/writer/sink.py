@@ -22,6 +22,7 @@ from collector.store.connection import (
     exit_insert_sql,
     fetch_insert_sql,
 )
+from collector.store.fold import Folder
 from collector.writer.batch_records import CLOCKS, LAYOUTS, Record, fast_records, ring_clocks
 from collector.writer.frames import (
     FETCH,
@@ -100,6 +101,9 @@ class Sink:
         }
         self._fetch_sql = fetch_insert_sql(run_id)
         self._exit_sql = exit_insert_sql(run_id)
+        # each epoch's start stays rows: its first num_workers batches (1 without), as the diagnosis costs it
+        head = max(1, int(start.config.get("num_workers") or 0)) if isinstance(start.config, dict) else 1
+        self.folder = Folder(run_id, opening.rates.keep_batches, head=head)  # NOTE [ Rollups ]
         return store, run_id
 
     def tell_taken(self) -> None:
@@ -136,10 +140,13 @@ class Sink:
         return self._write(flush, samples)
 
     def _write(self, flush: Flush, samples: dict[str, list[tuple[Any, ...]]]) -> list[Reply]:
+        folder = self.folder.copy()
         try:
             self._follow_the_file()
             self._commit(flush, samples)
         except (sqlite3.Error, StallwatchError, OSError) as exc:
+            if self.folder.run_id == folder.run_id:
+                self.folder = folder  # the fold was rolled back with the rest
             self.failed = True
             name = type(exc).__name__
             text = cannot_write(self.opening.db_path, exc) if "full" in str(exc) else f"{name}: {exc}"
@@ -176,7 +183,13 @@ class Sink:
         if self._iterated is not None:
             totals = (self._iterated, self.opening.samples_before + self.sampler.taken)
         self.store.write(
-            sample_rows, epochs=epochs, run_update=self._pending, run_id=run_id, statements=statements, totals=totals
+            sample_rows,
+            epochs=epochs,
+            run_update=self._pending,
+            run_id=run_id,
+            statements=statements,
+            totals=totals,
+            fold=lambda conn: self.folder(conn, time.time()),
         )
 
     def _follow_the_file(self) -> None:
