@@ -227,6 +227,12 @@ def _finished(path: str, run_id: int, window_s: float | None, span: tuple[float,
 
 
 def _details(data: RunViewData) -> None:
+    folded = int(data.batches.attrs.get("folded", 0))
+    if folded:  # NOTE [ Rollups ] in collector/store/fold.py
+        st.caption(
+            f":material/compress: {folded:,} batches past the file's window (keep_batches) are drawn from "
+            "per-second rollups; the wait histogram shows the batches kept as rows (the first epoch and the newest)."
+        )
     figures = detail_figures(data)
     for left, right in (("wait_step", "histogram"), ("queue", "workers"), ("cpu", "memory")):
         a, b = st.columns(2, gap="medium")

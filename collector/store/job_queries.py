@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 from collector.store.reader import Reader
+from collector.store.rollup_queries import has_rollups
 
 JOB_BUCKETS = 240  # time slices of the per-rank chart, at most
 BATCHES_PER_SLICE = 4  # at least, on the busiest rank: a slice narrower than a batch would read 0% or 100%
@@ -41,10 +42,20 @@ def rank_wait_shares(
         return _empty()
     ids = [int(i) for i in ranks["id"]]
     marks = ",".join("?" * len(ids))
+    # the batches as rows, and those folded into rollups (NOTE [ Rollups ] in collector/store/fold.py)
+    source = f"SELECT run_id, ts, wait_s, step_s, 1 AS n FROM batches WHERE run_id IN ({marks})"
+    if has_rollups(reader):
+        source += (
+            " UNION ALL SELECT run_id, second + 0.5 AS ts, wait_s, step_s, batches AS n FROM batch_rollups"
+            f" WHERE run_id IN ({marks})"
+        )
+        ids_twice = [*ids, *ids]
+    else:
+        ids_twice = ids
     span = reader.frame(
-        "SELECT MIN(t0) AS t0, MAX(t1) AS t1, MAX(n) AS n FROM (SELECT MIN(ts - wait_s) AS t0, MAX(ts) AS t1,"
-        f" COUNT(*) AS n FROM batches WHERE run_id IN ({marks}) GROUP BY run_id)",
-        ids,
+        "SELECT MIN(t0) AS t0, MAX(t1) AS t1, MAX(n) AS n FROM (SELECT MIN(ts - wait_s) AS t0,"
+        f" MAX(ts) AS t1, SUM(n) AS n FROM ({source}) GROUP BY run_id)",
+        ids_twice,
     )
     t0, t1, most = span["t0"].iloc[0], span["t1"].iloc[0], span["n"].iloc[0]
     if t0 is None or pd.isna(t0):
@@ -56,10 +67,10 @@ def rank_wait_shares(
     width = max(length / max(1, int(buckets)), BATCHES_PER_SLICE * length / max(1, int(most)))
     last = max(1, int(length // width)) - 1
     df = reader.frame(
-        "SELECT run_id, MIN(CAST((ts - ?) / ? AS INTEGER), ?) AS bucket, COUNT(*) AS n,"
+        "SELECT run_id, MIN(CAST((ts - ?) / ? AS INTEGER), ?) AS bucket, SUM(n) AS n,"
         " TOTAL(wait_s) AS wait_sum, TOTAL(step_s) AS step_sum"
-        f" FROM batches WHERE run_id IN ({marks}) GROUP BY run_id, bucket ORDER BY run_id, bucket",
-        [float(t0), width, last, *ids],
+        f" FROM ({source}) GROUP BY run_id, bucket ORDER BY run_id, bucket",
+        [float(t0), width, last, *ids_twice],
     )
     rank_of = dict(zip(ranks["id"].astype(int), ranks["rank"], strict=True))
     df["rank"] = [rank_of[int(i)] for i in df["run_id"]]

@@ -167,10 +167,20 @@ class Reader:
         return {key: _plain(value) for key, value in match.iloc[0].to_dict().items()}
 
     def run_totals(self) -> pd.DataFrame:
-        """Per run: batches, summed wait and step time, first and last batch time."""
-        return self.frame(
+        """Per run: batches, summed wait and step time, first and last batch time; folded batches included."""
+        rows = (
             "SELECT run_id, COUNT(*) AS batches, SUM(wait_s) AS wait_s, SUM(step_s) AS step_s,"
             " MIN(ts) AS first_ts, MAX(ts) AS last_ts FROM batches GROUP BY run_id"
+        )
+        if not self.scalar("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'batch_rollups'"):
+            return self.frame(rows)
+        folded = (  # rows past a run's window, folded (NOTE [ Rollups ] in collector/store/fold.py)
+            "SELECT run_id, SUM(batches) AS batches, TOTAL(wait_s) AS wait_s, TOTAL(step_s) AS step_s,"
+            " MIN(end_ts) AS first_ts, MAX(end_ts) AS last_ts FROM batch_rollups GROUP BY run_id"
+        )
+        return self.frame(
+            "SELECT run_id, SUM(batches) AS batches, SUM(wait_s) AS wait_s, SUM(step_s) AS step_s,"
+            f" MIN(first_ts) AS first_ts, MAX(last_ts) AS last_ts FROM ({rows} UNION ALL {folded}) GROUP BY run_id"
         )
 
     # -- per-run tables -----------------------------------------------------

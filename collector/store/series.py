@@ -8,6 +8,7 @@ from typing import Any
 import pandas as pd
 
 from collector.errors import NotAStallwatchFile
+from collector.store import rollup_queries as rq
 from collector.store.reader import Reader
 
 # NOTE [ Min/max envelope ]
@@ -80,7 +81,20 @@ def batch_envelope(reader: Reader, run_id: int, t0: float, t1: float, buckets: i
         f" FROM batches b {where} GROUP BY bucket ORDER BY bucket",
         [t0, width, *params],
     )
+    folded = rq.batch_rollup_envelope(reader, run_id, t0, t1, width)
+    df = _merged(df, folded, ["bucket"], {"n": "sum", "wait_sum": "sum", "step_sum": "sum"})
+    df.attrs["folded"] = int(folded["n"].sum()) if not folded.empty else 0  # batches drawn from rollups
     return _with_time(df, t0, width)
+
+
+def _merged(rows: pd.DataFrame, folded: pd.DataFrame, keys: list[str], sums: dict[str, str]) -> pd.DataFrame:
+    """Buckets from the rows and from the rollups (NOTE [ Rollups ]) as one: sums add, minima and maxima meet."""
+    if folded.empty:
+        return rows
+    folded = folded[[c for c in rows.columns if c in folded.columns]]
+    how = {c: sums.get(c, "min" if c.endswith("_min") else "max") for c in rows.columns if c not in keys}
+    both = pd.concat([rows, folded], ignore_index=True) if not rows.empty else folded
+    return both.groupby(keys, as_index=False).agg(how).sort_values(keys).reset_index(drop=True)
 
 
 def batch_phases(reader: Reader, run_id: int, t0: float, t1: float, *, limit: int = 2_000) -> pd.DataFrame | None:
@@ -151,6 +165,17 @@ def gpu_envelope(reader: Reader, run_id: int, t0: float, t1: float, buckets: int
         f" FROM gpu_samples g {where} AND util_pct IS NOT NULL GROUP BY gpu, bucket ORDER BY gpu, bucket",
         [t0, width, *params],
     )
+    folded = rq.gpu_rollup_envelope(reader, run_id, t0, t1, width)
+    if not folded.empty:  # minutes past the window: their mean weighed by their samples
+        df["util_n"] = 1.0
+        df = pd.concat([df, folded], ignore_index=True)
+        df["util_sum"] = df["util_mean"] * df["util_n"]
+        how = {"util_min": "min", "util_max": "max", "util_sum": "sum", "util_n": "sum"}
+        df = df.groupby(["gpu", "bucket"], as_index=False).agg(
+            {**how, "mem_used_bytes": "max", "mem_total_bytes": "max"}
+        )
+        df["util_mean"] = df["util_sum"] / df["util_n"]
+        df = df.drop(columns=["util_sum", "util_n"]).sort_values(["gpu", "bucket"]).reset_index(drop=True)
     return _with_time(df, t0, width)
 
 
@@ -180,6 +205,8 @@ def memory_envelope(reader: Reader, run_id: int, t0: float, t1: float, buckets: 
         f" FROM proc_samples p {where} GROUP BY ts, role) GROUP BY role, bucket ORDER BY role, bucket",
         [t0, width, *params],
     )
+    folded = rq.memory_rollup_envelope(reader, run_id, t0, t1, width)
+    df = _merged(df, folded, ["role", "bucket"], {})
     return _with_time(df, t0, width)
 
 
@@ -200,6 +227,10 @@ def worker_envelope(
         f" FROM worker_fetches f {where} GROUP BY worker_id, bucket ORDER BY worker_id, bucket",
         [t0, width, *params],
     )
+    folded = rq.fetch_rollup_envelope(reader, run_id, t0, t1, width)
+    if not folded.empty and every > 1:  # the rows are a sample of every n-th: the rollups count each fetch
+        folded = folded.assign(n=folded["n"] / every, wall_sum=folded["wall_sum"] / every)
+    df = _merged(df, folded, ["worker_id", "bucket"], {"n": "sum", "wall_sum": "sum"})
     df.attrs["every"] = max(1, int(every))
     return _with_time(df, t0, width)
 
@@ -210,10 +241,12 @@ def run_gpu_means(reader: Reader, run_ids: Sequence[int]) -> dict[int, float]:
         return {}
     marks = ",".join("?" * len(run_ids))
     df = reader.frame(
-        f"SELECT run_id, AVG(util_pct) AS util FROM gpu_samples WHERE run_id IN ({marks}) GROUP BY run_id",
+        f"SELECT run_id, TOTAL(util_pct) AS util_sum, COUNT(util_pct) AS util_n FROM gpu_samples"
+        f" WHERE run_id IN ({marks}) GROUP BY run_id",
         list(run_ids),
     )
-    return {int(r): float(u) for r, u in zip(df["run_id"], df["util"], strict=True) if u is not None}
+    df = pd.concat([df, rq.gpu_rollup_means(reader, run_ids)]).groupby("run_id").sum()
+    return {int(r): float(row.util_sum / row.util_n) for r, row in df.iterrows() if row.util_n > 0}
 
 
 TABLES = ("batches", "epochs", "worker_fetches", "gpu_samples", "host_samples", "proc_samples")
