@@ -143,6 +143,7 @@ class Exporter:
     def _refresh_file(self, tail: FileTail, now: float) -> list[RunSnapshot]:
         out = []
         with tail.reader.connect() as conn:
+            conn.execute("BEGIN")  # one snapshot: rows and rollups agree (NOTE [ Exporting rollups ])
             rows = q.exported_runs(conn, now - self.grace_s)
             followed = set()
             for row in rows:
@@ -158,6 +159,7 @@ class Exporter:
                 out.append(run.snapshot(conn, row, state, now))
             for run_id in set(tail.runs) - followed:
                 del tail.runs[run_id]
+            conn.execute("COMMIT")
         return out
 
 

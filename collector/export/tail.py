@@ -118,13 +118,17 @@ class RunTail:
     fetch_wall_s: float = 0.0
     fetch_cpu_s: float = 0.0
     window: np.ndarray = field(default_factory=lambda: np.empty((0, len(_COLUMNS))))  # columns: _COLUMNS
+    partial: tuple[tuple[int, int], np.ndarray] | None = (
+        None  # the cursor's second, counted: NOTE [ Exporting rollups ]
+    )
 
     def advance(self, conn: sqlite3.Connection) -> None:
         """Count the batches written since the last call and slide the window to the newest one.
 
         Batches that are already outside the window when first seen (a long
         run found at start-up) are counted in SQL; the rest are read once, as
-        rows, for both the counters and the window.
+        rows, for both the counters and the window. Batches folded into rollups
+        are counted from them (NOTE [ Exporting rollups ]).
         """
         newest = q.newest_batch(conn, self.run_id)
         if newest is None or (self.cursor is not None and newest[0] <= self.cursor):
@@ -150,18 +154,45 @@ class RunTail:
             idx = rows[:, q.ROW_COLUMNS.index("idx")]
             weight = np.where(idx < HEAD_BATCHES, 1.0, float(every))
         fetches = q.fetch_sums(conn, self.run_id, self.cursor, upto)
-        self.fetches += fetches.fetches
-        self.fetch_wall_s += fetches.wall_s
-        self.fetch_cpu_s += fetches.cpu_s
+        self._count_fetches(fetches, 1)
+        whole, held = q.rollup_sums(conn, self.run_id, self.cursor, upto)
+        for part in (whole, *held):
+            self._count(part.batches)
+            self._count_fetches(part.fetches, 1)
+            if self.partial is not None and (part.epoch, part.second) == self.partial[0]:
+                self._uncount(self.partial[1], part.first_idx)
+        self.partial = self._partial_at(conn, upto, upto_ts)
         keep = self.window[:, _TS] >= since
         self.window = np.concatenate([self.window[keep], np.column_stack([rows[:, _WINDOW], weight])])
         self.cursor, self.last_ts = upto, upto_ts
 
-    def _count(self, sums: q.BatchSums) -> None:
-        self.batches += sums.batches
-        self.wait_s += sums.wait_s
-        self.step_s += sums.step_s
-        self.wait_le = [a + b for a, b in zip(self.wait_le, sums.wait_le, strict=True)]
+    def _count(self, sums: q.BatchSums, sign: int = 1) -> None:
+        self.batches += sign * sums.batches
+        self.wait_s += sign * sums.wait_s
+        self.step_s += sign * sums.step_s
+        self.wait_le = [a + sign * b for a, b in zip(self.wait_le, sums.wait_le, strict=True)]
+
+    def _count_fetches(self, sums: q.FetchSums, sign: int) -> None:
+        self.fetches += sign * sums.fetches
+        self.fetch_wall_s += sign * sums.wall_s
+        self.fetch_cpu_s += sign * sums.cpu_s
+
+    def _partial_at(self, conn: sqlite3.Connection, upto: q.Key, upto_ts: float) -> tuple[tuple[int, int], np.ndarray]:
+        """The rows of ``upto``'s second counted so far: its rollup, once folded, holds them again."""
+        second = int(upto_ts)
+        edge = q.key_before(conn, self.run_id, float(second))
+        if edge is None or edge[0] != upto[0]:
+            edge = (upto[0], -1)
+        return (upto[0], second), q.second_rows(conn, self.run_id, edge, upto)
+
+    def _uncount(self, rows: np.ndarray, first_idx: int) -> None:
+        """Take back what a rollup holds of rows counted before it was folded (those kept as rows stay counted)."""
+        rows = rows[rows[:, 0] >= first_idx]
+        _, wait, step, wall, cpu = (rows[:, i] for i in range(len(q.SECOND_COLUMNS)))
+        le = (wait[:, None] <= np.asarray(WAIT_BUCKETS_S)[None, :]).sum(axis=0)
+        self._count(q.BatchSums(len(rows), float(wait.sum()), float(np.nansum(step)), tuple(int(v) for v in le)), -1)
+        timed = ~np.isnan(wall)
+        self._count_fetches(q.FetchSums(int(timed.sum()), float(wall[timed].sum()), float(np.nansum(cpu[timed]))), -1)
 
     def _count_rows(self, rows: np.ndarray) -> None:
         """The same sums as ``batch_sums``, over rows already read."""

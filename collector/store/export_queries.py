@@ -217,3 +217,77 @@ def gpu_utilisation(conn: sqlite3.Connection, run_id: int, since_ts: float) -> d
         (run_id, since_ts),
     ).fetchall()
     return {int(g): float(u) for g, u in rows}
+
+
+# NOTE [ Exporting rollups ]
+# The writer folds a run's old rows into rollups, one whole (epoch, second) at
+# a time (NOTE [ Rollups ] in collector/store/fold.py), long after the exporter
+# counted most of them as rows. A rollup is counted when its last batch lies
+# after the cursor; one that holds the cursor (its second was live at the last
+# scrape) is counted less what was counted of it then: the exporter keeps the
+# sums of the rows of the cursor's second (``partial``). Rows and rollups are
+# read in one read transaction, so a fold between two queries cannot count a
+# batch twice.
+
+
+class Folded(NamedTuple):
+    """Sums of batches and of their fetches, by (epoch, second) from its ``first_idx``."""
+
+    epoch: int
+    second: int
+    first_idx: int
+    batches: BatchSums
+    fetches: FetchSums
+
+
+_ROLLUP_SUMS = "TOTAL(batches), TOTAL(wait_s), TOTAL(step_s), TOTAL(fetches), TOTAL(fetch_wall_s), TOTAL(fetch_cpu_s)"
+
+
+def _folded(epoch: int, second: int, first_idx: int, row: Sequence[Any]) -> Folded:
+    batches = BatchSums(int(row[0]), float(row[1]), float(row[2]), tuple(int(v) for v in row[6:]))
+    return Folded(epoch, second, first_idx, batches, FetchSums(int(row[3]), float(row[4]), float(row[5])))
+
+
+def rollup_sums(conn: sqlite3.Connection, run_id: int, after: Key | None, upto: Key) -> tuple[Folded, list[Folded]]:
+    """(the rollups wholly after ``after`` up to ``upto``, summed; each rollup that holds ``after``)."""
+    from collector.store.rollup_schema import WAIT_LE_COLUMNS
+
+    zero = _folded(0, 0, 0, (0,) * (6 + len(WAIT_LE_COLUMNS)))
+    select = f"{_ROLLUP_SUMS}, {', '.join(f'TOTAL({c})' for c in WAIT_LE_COLUMNS)}"
+    where, params = "run_id = ? AND (epoch, last_idx) <= (?, ?)", [run_id, upto[0], upto[1]]
+    if after is not None:
+        where += " AND (epoch, last_idx) > (?, ?)"
+        params += [after[0], after[1]]
+    try:
+        whole = conn.execute(
+            f"SELECT {select} FROM batch_rollups WHERE {where}"
+            + ("" if after is None else " AND (epoch, first_idx) > (?, ?)"),
+            params + ([] if after is None else [after[0], after[1]]),
+        ).fetchone()
+        held = (
+            []
+            if after is None
+            else conn.execute(
+                f"SELECT epoch, second, MIN(first_idx), {select} FROM batch_rollups WHERE {where} AND (epoch, first_idx) <= (?, ?)"
+                " GROUP BY epoch, second",
+                [*params, after[0], after[1]],
+            ).fetchall()
+        )
+    except sqlite3.OperationalError:  # a file from before schema 5: NOTE [ Schema versions ]
+        return zero, []
+    return _folded(0, 0, 0, whole), [_folded(int(r[0]), int(r[1]), int(r[2]), r[3:]) for r in held]
+
+
+SECOND_COLUMNS = ("idx", "wait_s", "step_s", "fetch_wall_s", "fetch_cpu_s")
+
+
+def second_rows(conn: sqlite3.Connection, run_id: int, after: Key | None, upto: Key) -> np.ndarray:
+    """The batches in (after, upto] with their fetches: ``SECOND_COLUMNS``, NaN where NULL (one second's worth)."""
+    where, params = _range(run_id, after, upto)
+    rows = conn.execute(
+        "SELECT b.idx, b.wait_s, b.step_s, f.wall_s, f.cpu_s FROM batches b LEFT JOIN worker_fetches f"
+        " ON f.run_id = b.run_id AND f.worker_pid = b.worker_pid AND f.worker_incarnation = b.worker_incarnation"
+        f" AND f.worker_seq = b.worker_seq WHERE {where}",
+        params,
+    ).fetchall()
+    return np.array(rows, dtype=np.float64).reshape(-1, len(SECOND_COLUMNS))
