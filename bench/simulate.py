@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,8 +87,12 @@ def record(
     end_at: float | None = None,
     seed: int = 0,
     name: str = "simulated",
+    after_flush: Callable[[Sink, int], None] | None = None,
 ) -> int:
-    """Record one completed run of ``batches`` batches at about ``rate_hz``; returns its run id."""
+    """Record one completed run of ``batches`` batches at about ``rate_hz``; returns its run id.
+
+    ``after_flush(sink, batches_so_far)`` runs after each write (a test's scrape or fault).
+    """
     rng = np.random.default_rng(seed)
     cycle_s = 1.0 / rate_hz
     step_ns = np.full(batches, cycle_s * 0.6e9)
@@ -135,6 +140,8 @@ def record(
                 Flush(timed=[(epoch, first, pairs)], epochs=rows, update=update, iterated=batches if last else None)
             )
             i = j
+            if after_flush is not None:
+                after_flush(sink, i)
     finally:
         sink.store.close()
     return sink.run_id

@@ -202,4 +202,51 @@ def _copy_rows(conn: sqlite3.Connection, old_id: int, new_id: int) -> int:
             " ORDER BY ts",
             (new_id, old_id, new_id),
         )
+    _copy_rollups(conn, old_id, new_id)
     return int(added)
+
+
+ROLLUP_KEYS = {
+    "batch_rollups": ("epoch", "second", "batches"),
+    "fetch_rollups": ("second", "worker_id", "fetches"),
+    "gpu_rollups": ("minute", "gpu", "samples"),
+    "host_rollups": ("minute", "samples"),
+    "proc_rollups": ("minute", "pid", "samples"),
+}
+# the rows a rollup stands for, deleted once it is in the output: (table, its key match)
+COVERED = {
+    "fetch_rollups": ("worker_fetches", "CAST(t.started_at AS INTEGER) = r.second AND t.worker_id = r.worker_id"),
+    "gpu_rollups": ("gpu_samples", "CAST(t.ts / 60 AS INTEGER) * 60 = r.minute AND t.gpu = r.gpu"),
+    "host_rollups": ("host_samples", "CAST(t.ts / 60 AS INTEGER) * 60 = r.minute"),
+    "proc_rollups": ("proc_samples", "CAST(t.ts / 60 AS INTEGER) * 60 = r.minute AND t.pid = r.pid"),
+}
+
+
+def _copy_rollups(conn: sqlite3.Connection, old_id: int, new_id: int) -> None:
+    """NOTE [ Merging rollups ]: each rollup is copied, the larger of two of one key kept (one file may
+    have folded more of a run than the other), and the rows the output's rollups stand for are deleted,
+    so a batch or sample is never both a row and in a rollup (NOTE [ Rollups ] in collector/store/fold.py)."""
+    for table, (*keys, size) in ROLLUP_KEYS.items():
+        columns = [c for c in _shared_columns(conn, table) if c != "run_id"]
+        if not columns:  # the input is older than schema 5: it has no rollups
+            continue
+        update = ", ".join(f"{c} = excluded.{c}" for c in columns if c not in keys)
+        conn.execute(
+            f"INSERT INTO main.{table} (run_id, {', '.join(columns)}) SELECT ?, {', '.join(columns)} FROM src.{table}"
+            f" WHERE run_id = ? ON CONFLICT (run_id, {', '.join(keys)}) DO UPDATE SET {update}"
+            f" WHERE excluded.{size} > {table}.{size}",
+            (new_id, old_id),
+        )
+    spans = conn.execute(
+        "SELECT epoch, first_idx, last_idx FROM main.batch_rollups WHERE run_id = ?", (new_id,)
+    ).fetchall()
+    conn.executemany(
+        "DELETE FROM main.batches WHERE run_id = ? AND epoch = ? AND idx BETWEEN ? AND ?",
+        [(new_id, *span) for span in spans],
+    )
+    for rollup, (table, match) in COVERED.items():
+        conn.execute(
+            f"DELETE FROM main.{table} AS t WHERE t.run_id = ?1 AND EXISTS"
+            f" (SELECT 1 FROM main.{rollup} r WHERE r.run_id = ?1 AND {match})",
+            (new_id,),
+        )
