@@ -275,7 +275,7 @@ class Store:
         run_id: int | None = None,
         statements: Iterable[tuple[str, Iterable[Row]]] = (),
         totals: tuple[int, int] | None = None,
-        fold: Callable[[sqlite3.Connection], None] | None = None,
+        fold: Callable[[sqlite3.Connection], object] | None = None,
     ) -> None:
         """Insert batched rows, upsert epochs and update the run in one transaction.
 
