@@ -25,7 +25,8 @@ V3_COLUMNS = [
     ("proc_samples", "threads"),
 ]
 V4_COLUMNS = [("epochs", "collector_s")]  # the collector's own time in an epoch's start
-LATER_COLUMNS = {3: V3_COLUMNS, 4: V4_COLUMNS}
+V5_COLUMNS = [("epochs", "setting")]
+LATER_COLUMNS = {3: V3_COLUMNS, 4: V4_COLUMNS, 5: V5_COLUMNS}
 
 
 def make_old_file(path: str, version: int) -> None:
@@ -44,6 +45,8 @@ def make_old_file(path: str, version: int) -> None:
             conn.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
     if version < 3:
         conn.execute("DROP TABLE worker_exits")
+    if version < 5:
+        conn.execute("DROP TABLE trials")
     conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(version),))
     conn.close()
 
@@ -58,8 +61,8 @@ def schema_version(path: str) -> int:
 
 
 def test_every_column_added_since_version_1_has_a_default_for_readers():
-    added = {s.split()[5] for v in (2, 3, 4) for s in MIGRATIONS[v] if s.startswith("ALTER TABLE runs")}
-    assert added == set(RUN_DEFAULTS) and SCHEMA_VERSION == 4
+    added = {s.split()[5] for v in (2, 3, 4, 5) for s in MIGRATIONS[v] if s.startswith("ALTER TABLE runs")}
+    assert added == set(RUN_DEFAULTS) and SCHEMA_VERSION == 5
     for version, columns in LATER_COLUMNS.items():
         other = {(s.split()[2], s.split()[5]) for s in MIGRATIONS[version] if s.startswith("ALTER") and "runs" not in s}
         assert other == set(columns)
@@ -113,7 +116,7 @@ def test_a_version_3_file_reads_without_the_collectors_own_time_and_is_migrated_
         assert epoch_starts(conn, run_id, 0) == {0: (1.0, 0.25)}
     assert schema_version(db_path) == 3
     Store(db_path).close()
-    assert schema_version(db_path) == 4
+    assert schema_version(db_path) == SCHEMA_VERSION
     with sqlite3.connect(db_path) as conn:
         assert conn.execute("SELECT first_batch_s, collector_s FROM epochs").fetchall() == [(0.25, None)]
         conn.execute("UPDATE epochs SET collector_s = 0.05")
