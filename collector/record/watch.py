@@ -13,6 +13,7 @@ from typing import Any, NoReturn
 from collector.record.origin import user_frame
 from collector.record.runinfo import generated_name
 from collector.record.session import READY_TIMEOUT_S, Session
+from collector.record.tuning import tune_every
 from collector.record.worker_timing import TimingRings
 from collector.sample.sampler import DEFAULT_GPU_HZ, DEFAULT_HOST_HZ, Rates
 from collector.store.schema import DEFAULT_DB, default_db_path
@@ -196,7 +197,7 @@ def _is_dataloader_class(cls: type) -> bool:
     return data is not None and issubclass(cls, data.DataLoader)
 
 
-WATCH_KEYWORDS = ("db", "run", "gpu_hz", "host_hz", "tags")
+WATCH_KEYWORDS = ("db", "run", "gpu_hz", "host_hz", "tags", "tune")
 
 
 def watch(
@@ -207,6 +208,7 @@ def watch(
     gpu_hz: float = DEFAULT_GPU_HZ,
     host_hz: float = DEFAULT_HOST_HZ,
     tags: Mapping[str, Any] | None = None,
+    tune: bool | int = False,
     **unknown: NoReturn,
 ) -> WatchedLoader:
     """Wrap ``loader`` so every batch's wait is recorded into a SQLite file.
@@ -214,12 +216,16 @@ def watch(
     ``db`` defaults to ``$STALLWATCH_DB`` or ``stallwatch.sqlite`` in the working
     directory; ``run`` to a generated readable name. ``gpu_hz`` and ``host_hz``
     set the background sampling rates (0 turns one off); ``tags`` are stored
-    with the run. Bad arguments raise here; nothing the collector does later
-    ever raises into the loop.
+    with the run. ``tune=True`` tries the prediction model's advice on the
+    running loader, an epoch at a time, and keeps what measures faster
+    (docs/tuning.md); an integer N >= 2 also spends at most one epoch in N on
+    a trial (4 by default). Bad arguments raise here; nothing the collector
+    does later ever raises into the loop.
     """
     if unknown:
         raise TypeError(unknown_keywords("watch", unknown, WATCH_KEYWORDS))
-    return watch_with(loader, db, run, gpu_hz=gpu_hz, host_hz=host_hz, tags=tags)
+    every = tune_every(tune)
+    return watch_with(loader, db, run, gpu_hz=gpu_hz, host_hz=host_hz, tags=tags, **({"tune": every} if every else {}))
 
 
 def unknown_keywords(function: str, given: Mapping[str, Any], valid: tuple[str, ...]) -> str:
