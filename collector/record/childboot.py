@@ -30,11 +30,16 @@ TARGET = "torch.utils.data.dataloader"
 
 
 def child_environment(
-    db: str, gpu_hz: float, host_hz: float, tags: Mapping[str, Any], environ: Mapping[str, str]
+    db: str,
+    gpu_hz: float,
+    host_hz: float,
+    tags: Mapping[str, Any],
+    environ: Mapping[str, str],
+    tune: int | None = None,
 ) -> dict[str, str]:
     """The variables that make every Python child record like this process (see NOTE [ Child processes ])."""
     path = [CHILD_PATH, *filter(None, environ.get("PYTHONPATH", "").split(os.pathsep)), PACKAGE_ROOT]
-    settings = {"db": db, "gpu_hz": gpu_hz, "host_hz": host_hz, "tags": dict(tags)}
+    settings = {"db": db, "gpu_hz": gpu_hz, "host_hz": host_hz, "tags": dict(tags), "tune": tune}
     return {ENV: json.dumps(settings, default=str), "PYTHONPATH": os.pathsep.join(path)}
 
 
@@ -63,7 +68,13 @@ def boot(environ: Mapping[str, str] = os.environ) -> None:
 
         rates = Rates(gpu_hz=float(settings["gpu_hz"]), host_hz=float(settings["host_hz"]))
         # the class from the module just executed: torch.utils.data itself is still being imported
-        auto = AutoWatch(settings["db"], rates, tags=settings.get("tags") or {}, loader_class=module.DataLoader)
+        auto = AutoWatch(
+            settings["db"],
+            rates,
+            tags=settings.get("tags") or {},
+            loader_class=module.DataLoader,
+            tune=settings.get("tune"),
+        )
         auto.install()
         atexit.register(auto.close)
 

@@ -254,10 +254,8 @@ class Monitor(threading.Thread):
             self._dirty_epochs.add(epoch)
 
     def _drain_fetches(self) -> list[bytes]:
-        retired = self.shared.retired_rings
-        segments = []
-        while retired:
-            segments += retired.pop(0).drain()
+        retired = self.shared.retired_rings  # rings a tuner's larger worker count replaced
+        segments = [part for _ in range(len(retired)) for part in retired.pop(0).drain()]
         rings = self.shared.timing_rings
         if rings is None:
             return segments
@@ -297,11 +295,9 @@ class Monitor(threading.Thread):
                     update["error"] = error
         epochs = [dataclasses.replace(self._epochs[e]) for e in sorted(self._dirty_epochs)]
         self._dirty_epochs.clear()
-        trials = self.shared.trials
-        rows = [trials.popleft() for _ in range(len(trials))]
-        flush = Flush(
-            records=chunks, timed=timed, epochs=epochs, fetches=fetches, idle=idle, update=update, trials=rows
-        )
+        trials = [self.shared.trials.popleft() for _ in range(len(self.shared.trials))]
+        flush = Flush(records=chunks, timed=timed, epochs=epochs, fetches=fetches, idle=idle, update=update)
+        flush.trials = trials
         if final:
             flush.iterated = sum(self._produced.values())
             self._final = flush  # sent by _close, retried there: NOTE [ Final state ] in collector/writer/child.py

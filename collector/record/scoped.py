@@ -9,6 +9,7 @@ from typing import Any
 from collector.errors import CollectorWarning
 from collector.record import autowatch
 from collector.record.runinfo import job_start
+from collector.record.tuning import tune_every
 from collector.sample.sampler import Rates
 from collector.store.schema import DEFAULT_DB, default_db_path
 
@@ -21,13 +22,21 @@ class Scoped:
     framework launches its ranks, it exports the job's start time for them (NOTE [ Job id ]).
     """
 
-    def __init__(self, db: str | os.PathLike[str] | None, gpu_hz: float, host_hz: float, tags: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        db: str | os.PathLike[str] | None,
+        gpu_hz: float,
+        host_hz: float,
+        tags: dict[str, Any],
+        tune: bool | int = False,
+    ) -> None:
         path = os.fspath(db) if db is not None else default_db_path()
         if os.path.isdir(path):
             raise ValueError(f"db={path!r} is a directory: pass a file path such as {os.path.join(path, DEFAULT_DB)!r}")
         self.db = os.path.abspath(path)
         self.rates = Rates(gpu_hz=gpu_hz, host_hz=host_hz)
         self.tags = dict(tags)
+        self.tune = tune_every(tune)  # bad values raise here, in the callback's constructor
         self.auto: autowatch.AutoWatch | None = None
         os.environ.update(job_start(os.environ))
 
@@ -36,7 +45,7 @@ class Scoped:
         if self.auto is not None or autowatch.active is not None:
             return
         try:
-            self.auto = autowatch.AutoWatch(self.db, self.rates, tags=self.tags)
+            self.auto = autowatch.AutoWatch(self.db, self.rates, tags=self.tags, tune=self.tune)
             self.auto.install()
         except Exception as exc:  # noqa: BLE001 - a callback must never stop training
             self.auto = None
