@@ -29,12 +29,15 @@ def diagnose_data(data: RunData) -> Report:
     run["host"] = data.host_facts
     word = verdict(facts)
     notes = _state_notes(data.run)
-    tuned = {"tuning": tuning(data.trials), "tuned": tuned_line(data.all_epochs)} if len(data.trials) else {}
+    trials = tuning(data.trials) if len(data.trials) else ()
+    line = tuned_line(data.all_epochs) if trials else None
     if data.run.get("tuned"):
         notes.append("tuned live: this covers the epochs at the setting the tuner kept; its trials are listed")
     if word == "insufficient-data":
         notes.append(f"only {facts.batches} batches recorded: too few to name symptoms; record a longer run")
-        return Report(run=run, summary=summary(facts, data), verdict=word, notes=tuple(notes), **tuned)
+        return Report(
+            run=run, summary=summary(facts, data), verdict=word, notes=tuple(notes), tuning=trials, tuned=line
+        )
     worker_bytes = rules_memory.worker_private_bytes(data.procs)
     if worker_bytes is None and facts.num_workers == 0:
         worker_bytes = rules_memory.main_rss_bytes(data.procs)  # a forked worker copies at most this
@@ -79,7 +82,8 @@ def diagnose_data(data: RunData) -> Report:
         suggestions=tuple(suggestions),
         recommendation=advice.recommendation,
         notes=tuple(notes),
-        **tuned,
+        tuning=trials,
+        tuned=line,
     )
 
 
