@@ -135,6 +135,8 @@ class Session:
         try:
             it, iter_ns = self._open_iterator()
         finally:
+            if self.tuner is not None:
+                self.tuner.after_iter()
             self.start()  # NOTE [ Started after the fork ]
         probe = None
         if getattr(self.loader, "num_workers", 0):

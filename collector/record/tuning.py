@@ -53,6 +53,7 @@ class LiveTuner:
                 "an IterableDataset shards its data by worker, so the tuner never changes num_workers here"
             )
         self._running: dict[int, tuple[int, Setting, float]] = {}  # epoch -> (iter() ns, setting, wall start)
+        self._restore: tuple[Any, Any] | None = None  # NOTE [ The same samples ]
 
     # -- the training thread ------------------------------------------------
 
@@ -69,6 +70,7 @@ class LiveTuner:
                 self.policy.nothing_pays(answer)
             setting, trial = self.policy.next_setting(proposal)
             apply(self.loader, setting)
+            self._keep_the_seed_stream(epoch)
             self._running[epoch] = (t_start_ns, setting, wall_now)
             return setting_json(setting, trial=trial is not None)
         except Exception as exc:  # noqa: BLE001 - the tuner's boundary: never an exception in the loop
@@ -101,6 +103,37 @@ class LiveTuner:
                 self.advisor.ask(self.db, run_id, event.epoch, self.policy.current, tried, self.iterable)
         except Exception as exc:  # noqa: BLE001 - the tuner's boundary
             self.fail(exc)
+
+    # NOTE [ The same samples ]
+    # A map-style loader's order comes from its sampler, whatever the worker
+    # count; but every iterator the DataLoader builds first draws a base seed
+    # for its workers from the loader's generator (or torch's global one),
+    # the generator a shuffling sampler draws its permutation from. Persistent
+    # workers build one iterator a run, so they draw once, not each epoch: a
+    # tuner that turned them on or off would change the next epoch's shuffle,
+    # and the global RNG the model trains with. So each epoch the tuner draws
+    # what the user's own setting would have drawn: one seed where the user's
+    # loader builds an iterator and the tuned one reuses its own, and where
+    # the tuned loader builds one the user's would not, the generator's state
+    # is put back after it (``after_iter``).
+
+    def _keep_the_seed_stream(self, epoch: int) -> None:
+        target = _target(self.loader)
+        torch = sys.modules["torch"]
+        generator = getattr(target, "generator", None) or torch.default_generator
+        start = self.policy.start
+        user_builds = not (start.persistent_workers and start.num_workers > 0 and epoch > 0)
+        we_build = not (target.persistent_workers and target.num_workers > 0 and target.__dict__.get("_iterator"))
+        if user_builds and not we_build:
+            torch.empty((), dtype=torch.int64).random_(generator=generator)
+        elif we_build and not user_builds:
+            self._restore = (generator, generator.get_state())
+
+    def after_iter(self) -> None:
+        """The iterator is built: the generator back where the user's loader would have left it."""
+        restore, self._restore = self._restore, None
+        if restore is not None:
+            restore[0].set_state(restore[1])
 
     def quietly(self, iterate: Any, loader: Any) -> Any:
         """``iterate(loader)`` without torch's warning about more workers than cores where the tuner chose them.

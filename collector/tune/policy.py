@@ -25,9 +25,11 @@ from collector.diagnosis.tuned_line import line
 # loader goes back. A kept trial becomes the setting the next is measured
 # against. Trials stop when no untried setting is predicted to beat the
 # current one by more than its noise, after MAX_TRIALS, or at the first
-# failure. Until a gain is kept, a reverted trial may be followed by the next
-# at once (the user's setting is the slow one); once one is kept, at most one
-# epoch in ``every`` is a trial: the rest of the run trains at the best found.
+# failure. After the first, at most one epoch in ``every`` is a trial, kept or
+# not: the rest of the run trains at the best setting found. Persistent
+# workers start once a run, and on a short epoch their start fills it: a
+# trial that starts them runs two segments and is judged on the second, as
+# every later epoch at that setting runs.
 # Each trial's measure is an epoch (or, for long epochs, a window of one:
 # ``Segment``), in seconds a batch, so a shorter last epoch compares fairly.
 BASELINE_EPOCHS = 2  # epochs at the user's own setting before the first trial (the second measures its noise)
@@ -125,6 +127,7 @@ class Policy:
     _trial: Proposal | None = field(default=None, init=False)  # the one running now
     _measured: int = field(default=0, init=False)  # segments measured
     _trial_at: list[int] = field(default_factory=list, init=False)  # the segments trials ran in
+    _warm: bool = field(default=False, init=False)  # the running trial's persistent workers have started
 
     def __post_init__(self) -> None:
         self.current = self.start
@@ -147,7 +150,9 @@ class Policy:
 
     def next_setting(self, proposal: Proposal | None) -> tuple[Setting, Proposal | None]:
         """The setting the next segment runs at, and the proposal it tries (None: no trial)."""
-        if self.done is not None or self._trial is not None or self._next_trial_at() > self._measured:
+        if self._trial is not None:
+            return self._trial.setting, self._trial  # its second segment: persistent workers, warm
+        if self.done is not None or self._next_trial_at() > self._measured:
             return self.current, None
         if proposal is None or proposal.baseline != self.current or proposal.setting in self.tried:
             return self.current, None
@@ -172,7 +177,10 @@ class Policy:
     def measured(self, segment: Segment, setting: Setting) -> Trial | None:
         """A segment ended at ``setting``: its time is kept, and a trial decided."""
         self._measured += 1
-        proposal, self._trial = self._trial, None
+        if self._trial is not None and setting.persistent_workers and not self._warm:
+            self._warm = True  # its workers started in this one: judged on the next
+            return None
+        proposal, self._trial, self._warm = self._trial, None, False
         if proposal is None or setting != proposal.setting:
             self._times.setdefault(setting, []).append(segment.per_batch_s)
             return None
@@ -210,12 +218,8 @@ class Policy:
         return trial
 
     def _next_trial_at(self) -> int:
-        """The first segment (a count of measured ones) a trial may run in: the budget applies once a gain is kept."""
-        if not self._trial_at:
-            return BASELINE_EPOCHS
-        if not any(t.kept for t in self.trials):
-            return self._trial_at[-1] + 1
-        return self._trial_at[-1] + max(1, self.every)
+        """The first segment (a count of measured ones) a trial may run in."""
+        return self._trial_at[-1] + max(1, self.every) if self._trial_at else BASELINE_EPOCHS
 
     # -- the result -----------------------------------------------------------
 
