@@ -52,6 +52,7 @@ class RunViewData:
     workers: pd.DataFrame  # series.worker_envelope
     epochs: pd.DataFrame
     warnings: list[str] = field(default_factory=list)
+    trials: pd.DataFrame = field(default_factory=pd.DataFrame)  # a tuned run's trials (reader.trials)
 
 
 def capacity(config: dict[str, Any]) -> int | None:
@@ -115,6 +116,7 @@ def load_run_view(
             workers=workers.result(),
             epochs=epochs,
             warnings=list(run.get("warnings") or []),
+            trials=reader.trials(run_id),
         )
 
 

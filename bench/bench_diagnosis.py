@@ -181,7 +181,7 @@ def speed(batches: int = 1_000_000) -> None:
             ),
         )
         conn.executemany(
-            "INSERT INTO epochs VALUES (?,?,?,?,?,?,?,NULL,NULL)",
+            "INSERT INTO epochs VALUES (?,?,?,?,?,?,?,NULL,NULL,NULL)",
             [
                 (run_id, e, float(ts[e * epoch_len] - 0.1), float(ts[(e + 1) * epoch_len - 1]), 0.1, epoch_len, "[]")
                 for e in range(batches // epoch_len)

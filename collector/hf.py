@@ -24,6 +24,10 @@ class StallwatchCallback(TrainerCallback):
     DataLoader inside accelerate's DataLoaderShard is the one recorded, so worker
     and queue fields are filled. When training ends, and after an ``evaluate()``
     or ``predict()`` outside training, rank 0 prints the job's verdict on stderr.
+
+    ``tune=True`` tunes each loader live, an epoch at a time (docs/tuning.md):
+    the Trainer iterates the same DataLoader every epoch, so the tuner's
+    setting holds; a loader built anew each epoch starts a new run and is left at its setting.
     """
 
     def __init__(
@@ -34,8 +38,9 @@ class StallwatchCallback(TrainerCallback):
         host_hz: float = DEFAULT_HOST_HZ,
         verdict: bool = True,
         keep_batches: int | None = DEFAULT_KEEP_BATCHES,
+        tune: bool | int = False,
     ) -> None:
-        self._recording = Scoped(db, gpu_hz, host_hz, {"callback": "hf"}, keep_batches)
+        self._recording = Scoped(db, gpu_hz, host_hz, {"callback": "hf"}, keep_batches, tune=tune)
         self._verdict = verdict
         self._training = False
         self._helper: VerdictHelper | None = None

@@ -28,6 +28,11 @@ class StallwatchCallback(Callback):
     rank and job id; at the end of each, rank 0 prints the job's verdict on
     stderr (``verdict=False``: not). Training is unchanged: the loaders are
     Lightning's own, timed as ``collector run`` times them.
+
+    ``tune=True`` tunes each loader live, an epoch at a time (docs/tuning.md):
+    the framework iterates the same DataLoader every epoch, so the tuner's
+    setting holds; a loader the framework rebuilds each epoch
+    (``reload_dataloaders_every_n_epochs``) starts a new run and is left at its setting.
     """
 
     def __init__(
@@ -38,9 +43,10 @@ class StallwatchCallback(Callback):
         host_hz: float = DEFAULT_HOST_HZ,
         verdict: bool = True,
         keep_batches: int | None = DEFAULT_KEEP_BATCHES,
+        tune: bool | int = False,
     ) -> None:
         super().__init__()
-        self._recording = Scoped(db, gpu_hz, host_hz, {"callback": "lightning"}, keep_batches)
+        self._recording = Scoped(db, gpu_hz, host_hz, {"callback": "lightning"}, keep_batches, tune=tune)
         self._verdict = verdict
         self._helper: VerdictHelper | None = None
 

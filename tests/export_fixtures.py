@@ -59,7 +59,7 @@ class FakeRun:
         self.idx = 0
         with self.store.transaction() as conn:
             conn.execute(
-                "INSERT OR REPLACE INTO epochs VALUES (?, ?, ?, NULL, ?, NULL, '[]', NULL, NULL)",
+                "INSERT OR REPLACE INTO epochs VALUES (?, ?, ?, NULL, ?, NULL, '[]', NULL, NULL, NULL)",
                 (self.run_id, self.epoch, started_at, first_batch_s),
             )
         return self

@@ -14,7 +14,9 @@ ALLOWED = {
     "cli": {"sweep", "record", "writer", "sample", "store", "diagnosis", "export", "verdict", "report", "__init__"},
     "export": {"store", "diagnosis"},
     "sweep": {"record", "store", "diagnosis"},
-    "record": {"writer", "sample", "store"},
+    "record": {"writer", "sample", "store", "tune"},
+    # live tuning's decisions and its helper process, which runs the prediction model
+    "tune": {"diagnosis", "store", "writer"},
     "writer": {"sample", "store"},
     # the sampler keys its rows by the sample tables' names (store/schema.py SAMPLE_TABLES)
     "sample": {"store"},

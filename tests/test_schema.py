@@ -26,7 +26,8 @@ V3_COLUMNS = [
     ("proc_samples", "threads"),
 ]
 V4_COLUMNS = [("epochs", "collector_s")]  # the collector's own time in an epoch's start
-LATER_COLUMNS = {3: V3_COLUMNS, 4: V4_COLUMNS}
+V6_COLUMNS = [("epochs", "setting")]  # live tuning
+LATER_COLUMNS = {3: V3_COLUMNS, 4: V4_COLUMNS, 6: V6_COLUMNS}
 
 
 def make_old_file(path: str, version: int) -> None:
@@ -48,6 +49,8 @@ def make_old_file(path: str, version: int) -> None:
     if version < 5:
         for table in ROLLUP_TABLES:
             conn.execute(f"DROP TABLE {table}")
+    if version < 6:
+        conn.execute("DROP TABLE trials")
     conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(version),))
     conn.close()
 
@@ -62,8 +65,8 @@ def schema_version(path: str) -> int:
 
 
 def test_every_column_added_since_version_1_has_a_default_for_readers():
-    added = {s.split()[5] for v in (2, 3, 4) for s in MIGRATIONS[v] if s.startswith("ALTER TABLE runs")}
-    assert added == set(RUN_DEFAULTS) and SCHEMA_VERSION == 5
+    added = {s.split()[5] for v in (2, 3, 4, 5, 6) for s in MIGRATIONS[v] if s.startswith("ALTER TABLE runs")}
+    assert added == set(RUN_DEFAULTS) and SCHEMA_VERSION == 6
     for version, columns in LATER_COLUMNS.items():
         other = {(s.split()[2], s.split()[5]) for s in MIGRATIONS[version] if s.startswith("ALTER") and "runs" not in s}
         assert other == set(columns)

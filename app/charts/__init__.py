@@ -24,7 +24,12 @@ def headline_figure(data: RunViewData) -> go.Figure:
     phases = None if data.phases is None else data.phases - origin
     epochs = data.epochs["started_at"] - origin if not data.epochs.empty else None
     gpu = gpu_curve(data) if phases is not None else gpu_curve(data, trend_width(data))
-    return timeline.utilisation_figure(trend_shares(data), phases, gpu, epochs)
+    trials = (
+        data.trials.assign(start=data.trials["started_at"] - origin, end=data.trials["ended_at"] - origin)
+        if not data.trials.empty
+        else None
+    )
+    return timeline.utilisation_figure(trend_shares(data), phases, gpu, epochs, trials)
 
 
 def detail_figures(data: RunViewData) -> dict[str, go.Figure]:

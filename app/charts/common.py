@@ -24,6 +24,8 @@ COLORS = {
     "main": "#1c7ed6",
     "worker": "#e8590c",
     "available": "#868e96",
+    "trial_kept": "rgba(43, 138, 62, 0.12)",
+    "trial_reverted": "rgba(134, 142, 150, 0.15)",
 }
 SERIES = ("#1c7ed6", "#e8590c", "#2b8a3e", "#ae3ec9", "#f08c00", "#0c8599", "#c2255c", "#5c940d")
 TIME_AXIS = "time since the run started (s)"

@@ -16,6 +16,8 @@ GPU utilisation, when it was sampled, is a line over both, on the same axis.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
@@ -35,6 +37,7 @@ def utilisation_figure(
     phases: pd.DataFrame | None,
     gpu: pd.DataFrame,
     epoch_starts: pd.Series | None,
+    trials: pd.DataFrame | None = None,
 ) -> go.Figure:
     """``phases`` (compute_start, wait_start, end) draws each batch; without it, ``trend`` (t, width_s, busy_pct,
     wait_pct) draws shares per bucket. ``gpu``: t, util_min, util_max, util_mean (may be empty). Times in s."""
@@ -61,9 +64,31 @@ def utilisation_figure(
                 line={"color": COLORS["epoch"], "dash": "dash", "width": 1},
             )
         )
+    if trials is not None:
+        _trial_bands(fig, trials)
     layout(fig, title, "% of the time" if phases is None else "%", height=360)
     fig.update_yaxes(range=[0, 105])
     return fig
+
+
+def _trial_bands(fig: go.Figure, trials: pd.DataFrame) -> None:
+    """A band per live-tuning trial (start, end, setting, baseline, measured_speedup, kept), labelled with its result."""
+    for t in trials.to_dict("records"):
+        setting, baseline = json.loads(t["setting"]), json.loads(t["baseline"])
+        changes = ", ".join(f"{k}={v}" for k, v in setting.items() if baseline.get(k) != v and k != "prefetch_factor")
+        kept = bool(t["kept"])
+        fig.add_vrect(
+            x0=t["start"],
+            x1=t["end"],
+            fillcolor=COLORS["trial_kept" if kept else "trial_reverted"],
+            line_width=0,
+            layer="below",
+            annotation={
+                "text": f"trial {changes}: {t['measured_speedup']:.2f}x {'kept' if kept else 'reverted'}",
+                "font": {"size": 10},
+            },
+            annotation_position="top left",
+        )
 
 
 def square_wave(starts: pd.Series, ends: pd.Series) -> tuple[np.ndarray, np.ndarray]:

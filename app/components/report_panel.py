@@ -76,8 +76,39 @@ def findings(report: Report | Unavailable) -> None:
             st.markdown(f"`{s.parameter}`: `{s.current!r}` → `{s.suggested!r}`{speed}  \n{s.reason}")
             if s.rule_of_thumb not in (None, ""):
                 st.caption(f"rule of thumb: {s.rule_of_thumb}")
+    _tuning(report)
     for note in report.notes:
         st.caption(note)
+
+
+def _tuning(report: Report) -> None:
+    """A tuned run's trials: each setting tried, predicted against measured, kept or reverted."""
+    if not report.tuning:
+        return
+    st.subheader("Tuned live", divider="gray")
+    if report.tuned:
+        st.markdown(f"**{report.tuned}**")
+    rows = [
+        {
+            "epoch": t["epoch"],
+            "tried": ", ".join(f"{k}={v}" for k, v in t["setting"].items() if t["baseline"].get(k) != v),
+            "predicted": t["predicted_speedup"],
+            "measured": t["measured_speedup"],
+            "noise": t["noise"],
+            "result": "kept" if t["kept"] else "reverted",
+            "why": t["why"],
+        }
+        for t in report.tuning
+    ]
+    st.dataframe(
+        rows,
+        hide_index=True,
+        column_config={
+            "predicted": st.column_config.NumberColumn(format="%.2fx"),
+            "measured": st.column_config.NumberColumn(format="%.2fx"),
+            "noise": st.column_config.NumberColumn("its noise", format="percent"),
+        },
+    )
 
 
 def _speedup(speedup: float, low_high: tuple[float, float] | None, *, bold: bool = True) -> str:

@@ -30,7 +30,8 @@ def add_parser(subparsers: Any) -> None:
         "as if wrapped with watch(): one run per DataLoader, named after the file:line that created it. "
         "The script's arguments, output, exceptions and exit code pass through unchanged; stallwatch "
         "prints its verdict on stderr when the script ends. Options go before the script.",
-        usage="python -m collector run [--db DB] [--gpu-hz HZ] [--host-hz HZ] [--keep-batches N] (SCRIPT | -m MODULE) [ARGS ...]",
+        usage="python -m collector run [--db DB] [--gpu-hz HZ] [--host-hz HZ] [--keep-batches N] [--tune [N]]"
+        " (SCRIPT | -m MODULE) [ARGS ...]",
     )
     add_db_option(parser)
     parser.add_argument("--gpu-hz", type=float, default=DEFAULT_GPU_HZ, help="GPU samples per second (0: off)")
@@ -46,6 +47,16 @@ def add_parser(subparsers: Any) -> None:
         f"folded into per-second rollups (default {DEFAULT_KEEP_BATCHES:,}; 'all' keeps every row)",
     )
     parser.add_argument("--no-verdict", action="store_true", help="do not print the verdict when the script ends")
+    parser.add_argument(
+        "--tune",
+        nargs="?",
+        const=True,
+        default=False,
+        type=_every,
+        metavar="N",
+        help="tune each DataLoader live: try the model's advice an epoch at a time, keep what measures faster "
+        "(at most one epoch in N on a trial once a gain is kept; 4 by default). See docs/tuning.md",
+    )
     parser.add_argument(
         "-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE", help="run a module, as python -m does"
     )
@@ -63,10 +74,21 @@ def _keep(text: str) -> int | None:
         raise argparse.ArgumentTypeError(f"a whole number of batches or 'all', got {text!r}") from None
 
 
+def _every(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--tune takes an integer N >= 2, got {text!r}") from None
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"--tune takes an integer N >= 2, got {value}")
+    return value
+
+
 def _main(args: argparse.Namespace) -> int:
     from collector.record.autowatch import AutoWatch
     from collector.record.childboot import child_environment, set_environment
     from collector.record.runinfo import job_start
+    from collector.record.tuning import tune_every
     from collector.verdict.helper import start_helper
 
     if args.module is not None:
@@ -87,10 +109,11 @@ def _main(args: argparse.Namespace) -> int:
         raise StallwatchError(str(exc)) from None
     script = " ".join([("-m " if is_module else "") + target, *script_args])
     tags = {"collector_run": script, "launch": f"{socket.gethostname()}:{os.getpid()}:{time.time():.3f}"}
-    auto = AutoWatch(os.path.abspath(args.db), rates, tags=tags)
+    tune = tune_every(args.tune)
+    auto = AutoWatch(os.path.abspath(args.db), rates, tags=tags, tune=tune)
     # Every Python the script starts records too (Lightning's DDP launcher, spawn): NOTE [ Child processes ].
     children = child_environment(
-        os.path.abspath(args.db), args.gpu_hz, args.host_hz, tags, os.environ, keep_batches=args.keep_batches
+        os.path.abspath(args.db), args.gpu_hz, args.host_hz, tags, os.environ, keep_batches=args.keep_batches, tune=tune
     )
     helper = None if args.no_verdict else start_helper()  # NOTE [ Verdict beside the job ]
     restore = set_environment({**children, **job_start(os.environ)})

@@ -11,6 +11,7 @@ from collector.diagnosis.report_types import Report, Symptom
 from collector.diagnosis.stats import measure
 from collector.diagnosis.suggest import suggest
 from collector.diagnosis.summary import summary
+from collector.diagnosis.tuned import tuned_line, tuning
 from collector.diagnosis.verdict import verdict
 
 RUN_KEYS = ("id", "name", "started_at", "ended_at", "error", "rank", "world_size", "job_id", "stage")
@@ -28,9 +29,15 @@ def diagnose_data(data: RunData) -> Report:
     run["host"] = data.host_facts
     word = verdict(facts)
     notes = _state_notes(data.run)
+    trials = tuning(data.trials) if len(data.trials) else ()
+    line = tuned_line(data.all_epochs) if trials else None
+    if data.run.get("tuned"):
+        notes.append("tuned live: this covers the epochs at the setting the tuner kept; its trials are listed")
     if word == "insufficient-data":
         notes.append(f"only {facts.batches} batches recorded: too few to name symptoms; record a longer run")
-        return Report(run=run, summary=summary(facts, data), verdict=word, notes=tuple(notes))
+        return Report(
+            run=run, summary=summary(facts, data), verdict=word, notes=tuple(notes), tuning=trials, tuned=line
+        )
     worker_bytes = rules_memory.worker_private_bytes(data.procs)
     if worker_bytes is None and facts.num_workers == 0:
         worker_bytes = rules_memory.main_rss_bytes(data.procs)  # a forked worker copies at most this
@@ -75,6 +82,8 @@ def diagnose_data(data: RunData) -> Report:
         suggestions=tuple(suggestions),
         recommendation=advice.recommendation,
         notes=tuple(notes),
+        tuning=trials,
+        tuned=line,
     )
 
 

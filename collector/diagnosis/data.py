@@ -8,6 +8,7 @@ from typing import Any
 
 import pandas as pd
 
+from collector.diagnosis.tuned import settled, settled_run
 from collector.errors import InsufficientData, RunInProgress
 from collector.store.diagnosis_queries import batch_aggregates, lean_batches
 from collector.store.reader import Reader
@@ -28,6 +29,8 @@ class RunData:
     worker_exits: pd.DataFrame = field(default_factory=pd.DataFrame)  # each worker's whole life (schema 3)
     window: dict[str, Any] | None = None  # {"window_s": ..} or {"last_batches": ..}; None: whole run
     rollups: pd.DataFrame = field(default_factory=pd.DataFrame)  # per epoch, batches no longer rows (NOTE [ Rollups ])
+    trials: pd.DataFrame = field(default_factory=pd.DataFrame)  # a tuned run's trials (schema 6)
+    all_epochs: pd.DataFrame = field(default_factory=pd.DataFrame)  # every epoch, a tuned run's trials included
 
     @property
     def config(self) -> dict[str, Any]:
@@ -64,16 +67,23 @@ def load_run(
         last = reader.scalar("SELECT ts FROM batches WHERE run_id = ? ORDER BY epoch DESC, idx DESC LIMIT 1", (run_id,))
         since_ts = None if last is None else float(last) - float(window_s)
     batches = lean_batches(reader, run_id, since_ts=since_ts, last_batches=last_batches)
+    all_epochs = reader.epochs(run_id)
+    tuned = settled(all_epochs)
+    if tuned is not None:  # a tuned run: the epochs at the setting it settled on (NOTE [ Live tuning ])
+        batches = batches[batches["epoch"].isin(tuned[0])].reset_index(drop=True)
+        info = settled_run(info, tuned[1])
     if len(batches) < 2:
         raise InsufficientData(
             f"run {info['name']!r} (id {run_id}) has {len(batches)} batch{'es' if len(batches) != 1 else ''}"
             f"{' in the window' if since_ts is not None or last_batches is not None else ''}: "
             "at least 2 are needed to say anything"
         )
-    windowed = since_ts is not None or last_batches is not None
+    windowed = since_ts is not None or last_batches is not None or tuned is not None
     first_ts = float(batches["ts"].iloc[0] - batches["wait_s"].iloc[0]) if windowed else None
     start = (int(batches["epoch"].iloc[0]), int(batches["idx"].iloc[0])) if windowed else None
-    epochs = reader.epochs(run_id)
+    epochs = all_epochs
+    if tuned is not None:
+        epochs = epochs[epochs["epoch"].isin(tuned[0])].reset_index(drop=True)
     if windowed:
         epochs = epochs[epochs["epoch"] >= int(batches["epoch"].iloc[0])].reset_index(drop=True)
     window: dict[str, Any] | None = None
@@ -96,6 +106,8 @@ def load_run(
         worker_exits=reader.worker_exits(run_id),
         window=window,
         rollups=rollups,
+        trials=reader.trials(run_id),
+        all_epochs=all_epochs,
     )
 
 

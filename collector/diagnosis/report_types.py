@@ -75,6 +75,8 @@ class Report:
     notes: tuple[str, ...] = ()  # things worth saying that are not symptoms
     ranks: tuple[dict[str, Any], ...] = ()  # a distributed job's ranks, one summary each (collector.diagnosis.job)
     recommendation: Recommendation | None = None
+    tuning: tuple[dict[str, Any], ...] = ()  # a tuned run's trials (collector/diagnosis/tuned.py)
+    tuned: str | None = None  # the line a tuned run ended with: what the tuner kept, measured
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON contract, in plain Python values (a numpy bool would print as the string "False")."""
@@ -92,6 +94,8 @@ class Report:
             "recommendation": None
             if self.recommendation is None
             else {**asdict(self.recommendation), "code_change": self.code_change()},
+            "tuning": [dict(t) for t in self.tuning],
+            "tuned": self.tuned,
         }
 
     def code_change(self) -> str | None:

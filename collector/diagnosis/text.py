@@ -82,6 +82,7 @@ def render(report: Report) -> str:
             f"  [{x.severity}] {x.id} (confidence {x.confidence:.2f}{', borderline' if x.borderline else ''}): {x.evidence}"
             for x in report.symptoms
         ]
+    lines += render_tuning(report)
     lines += render_recommendation(report)
     if report.suggestions:
         lines += ["", "each change:" if report.recommendation else "suggestions:"]
@@ -151,3 +152,25 @@ def _range(s: dict[str, object]) -> str:
     if not isinstance(r, list) or len(r) != 2:
         return ""
     return f" (range {r[0]:.0%}-{r[1]:.0%})"
+
+
+def render_tuning(report: Report) -> list[str]:
+    """A tuned run's trials, predicted against measured, and the line it ended with."""
+    if not report.tuning:
+        return []
+    lines = ["", "tuning (each trial against the setting before it):"]
+    for t in report.tuning:
+        where = f"epoch {t['epoch']}" + (f" from batch {t['start_idx']}" if t["start_idx"] else "")
+        changes = ", ".join(f"{k}={v}" for k, v in t["setting"].items() if t["baseline"].get(k) != v)
+        low, high = t["predicted_range"]
+        predicted = "n/a" if t["predicted_speedup"] is None else f"{t['predicted_speedup']:.2f}x"
+        if low is not None and high is not None:
+            predicted += f" ({low:.2f}-{high:.2f}x)"
+        measured = "n/a" if t["measured_speedup"] is None else f"{t['measured_speedup']:.2f}x"
+        lines.append(
+            f"  {where}: {changes}: predicted {predicted}, measured {measured}: {'kept' if t['kept'] else 'reverted'}"
+        )
+        lines.append(f"      {t['why']}")
+    if report.tuned:
+        lines.append(f"  {report.tuned}")
+    return lines

@@ -72,6 +72,12 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
     ),
     "stallwatch_run": ("info", (), "The run's DataLoader configuration, world size, stage and stallwatch version."),
     "stallwatch_run_start_time_seconds": ("gauge", (), "When the run started, Unix time."),
+    "stallwatch_loader_setting": (
+        "gauge",
+        ("parameter",),
+        "The DataLoader's setting now (a tuned run's as the tuner changes it): num_workers, prefetch_factor, "
+        "persistent_workers and pin_memory (1 or 0), threads (torch's intra-op threads, tuned runs).",
+    ),
     "stallwatch_last_batch_time_seconds": (
         "gauge",
         (),
@@ -144,6 +150,8 @@ def _add_run(f: dict[str, Any], s: RunSnapshot) -> None:
     f["stallwatch_verdict"].add_metric(labels, {v: v == s.stall.verdict for v in VERDICTS})
     f["stallwatch_run"].add_metric(labels, s.info)
     f["stallwatch_run_start_time_seconds"].add_metric(labels, s.started_at)
+    for parameter, value in s.setting.items():
+        f["stallwatch_loader_setting"].add_metric([*labels, parameter], value)
     if s.last_batch_at is not None:
         f["stallwatch_last_batch_time_seconds"].add_metric(labels, s.last_batch_at)
 

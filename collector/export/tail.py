@@ -67,6 +67,26 @@ class RunSnapshot:
     gpu_util_pct: dict[int, float]
     dropped_records: int
     dropped_samples: int
+    setting: dict[str, float] = field(default_factory=dict)  # the loader's setting now, by parameter
+
+
+SETTING_PARAMETERS = ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory", "threads")
+
+
+def setting_of(info: dict[str, str], tuned: dict[str, Any] | None) -> dict[str, float]:
+    """The loader's setting now as numbers: a tuned run's newest epoch's, else its configuration's."""
+    out: dict[str, float] = {}
+    for name in SETTING_PARAMETERS:
+        value: Any = tuned.get(name) if tuned is not None else info.get(name)
+        if value in (None, "", "None"):
+            continue
+        if isinstance(value, str):
+            value = {"True": 1.0, "False": 0.0}.get(value, value)
+        try:
+            out[name] = float(value)
+        except (TypeError, ValueError):
+            continue
+    return out
 
 
 def labels_of(row: dict[str, Any]) -> RunLabels:
@@ -237,4 +257,5 @@ class RunTail:
             gpu_util_pct=q.gpu_utilisation(conn, self.run_id, since),
             dropped_records=int(row.get("dropped_records") or 0),
             dropped_samples=int(row.get("dropped_samples") or 0),
+            setting=setting_of(info, q.loader_setting(conn, self.run_id)),
         )

@@ -80,6 +80,7 @@ class AutoWatch:
         tags: dict[str, Any] | None = None,
         loader_class: type | None = None,
         cwd: str | None = None,
+        tune: int | None = None,  # live tuning of every loader it records: see collector/record/tuning.py
     ) -> None:
         if loader_class is None:
             from torch.utils.data import DataLoader
@@ -90,6 +91,7 @@ class AutoWatch:
         self.tags = dict(tags or {})
         self.cls: Any = loader_class
         self.cwd = cwd or os.getcwd()
+        self.tune = tune
         self.sessions: list[tuple[str, Session]] = []  # (run name, session), in order of first iteration
         self._origins: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
         self._by_loader: weakref.WeakKeyDictionary[Any, Session] = weakref.WeakKeyDictionary()
@@ -215,7 +217,14 @@ class AutoWatch:
                 tags["framework"] = where.framework
             try:
                 session = Session(
-                    weak_loader(loader), self.db, name, self.rates, tags, iterate=iterate, stage=where.stage
+                    weak_loader(loader),
+                    self.db,
+                    name,
+                    self.rates,
+                    tags,
+                    iterate=iterate,
+                    stage=where.stage,
+                    tune=self.tune,
                 )
             except Exception as exc:  # noqa: BLE001 - recording must never break the script
                 if not self._warned:

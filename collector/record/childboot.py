@@ -36,10 +36,12 @@ def child_environment(
     tags: Mapping[str, Any],
     environ: Mapping[str, str],
     keep_batches: int | None = None,
+    tune: int | None = None,
 ) -> dict[str, str]:
     """The variables that make every Python child record like this process (see NOTE [ Child processes ])."""
     path = [CHILD_PATH, *filter(None, environ.get("PYTHONPATH", "").split(os.pathsep)), PACKAGE_ROOT]
     settings = {"db": db, "gpu_hz": gpu_hz, "host_hz": host_hz, "tags": dict(tags), "keep_batches": keep_batches}
+    settings["tune"] = tune
     return {ENV: json.dumps(settings, default=str), "PYTHONPATH": os.pathsep.join(path)}
 
 
@@ -72,7 +74,13 @@ def boot(environ: Mapping[str, str] = os.environ) -> None:
             keep_batches=settings.get("keep_batches"),
         )
         # the class from the module just executed: torch.utils.data itself is still being imported
-        auto = AutoWatch(settings["db"], rates, tags=settings.get("tags") or {}, loader_class=module.DataLoader)
+        auto = AutoWatch(
+            settings["db"],
+            rates,
+            tags=settings.get("tags") or {},
+            loader_class=module.DataLoader,
+            tune=settings.get("tune"),
+        )
         auto.install()
         atexit.register(auto.close)
 

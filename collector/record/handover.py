@@ -26,6 +26,7 @@ class EpochStarted(NamedTuple):
     worker_pids: list[int]
     threads: tuple[int, int] | None = None  # torch.get_num_threads(), get_num_interop_threads(); None: no torch
     collector_ns: int = 0  # the collector's own work in it (NOTE [ The collector's own time ] in session.py)
+    setting_json: str | None = None  # the loader's setting, where a tuner changed it (NOTE [ Live tuning ])
 
 
 class FirstBatch(NamedTuple):
@@ -54,5 +55,7 @@ class Shared:
     resolver: IdleResolver
     stride: list[int]  # describe every stride-th batch; see NOTE [ Batch size sampling ]
     timing_rings: TimingRings | None = None  # made at watch() (a DataLoader) or when the first workers start
+    retired_rings: list[TimingRings] = field(default_factory=list)  # replaced by larger ones (a tuner's more workers)
     status: dict[str, Any] = field(default_factory=dict)  # set by the training thread on crash
     timers: dict[int, Timer] = field(default_factory=dict)  # epoch -> plain loop's; NOTE [ Compiled hot loop ]
+    trials: deque[tuple[Any, ...]] = field(default_factory=deque)  # the tuner's trial rows (TRIAL_COLUMNS)

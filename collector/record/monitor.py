@@ -239,6 +239,7 @@ class Monitor(threading.Thread):
             if isinstance(event, EpochStarted):
                 row.worker_pids_json = json.dumps(event.worker_pids)  # the writer samples them too
                 row.collector_s = max(0, event.collector_ns) / 1e9
+                row.setting_json = event.setting_json
                 if event.threads is not None:
                     self._run_update["torch_threads"], self._run_update["interop_threads"] = event.threads
             elif isinstance(event, FirstBatch):
@@ -253,10 +254,12 @@ class Monitor(threading.Thread):
             self._dirty_epochs.add(epoch)
 
     def _drain_fetches(self) -> list[bytes]:
+        retired = self.shared.retired_rings  # rings a tuner's larger worker count replaced
+        segments = [part for _ in range(len(retired)) for part in retired.pop(0).drain()]
         rings = self.shared.timing_rings
         if rings is None:
-            return []
-        segments = rings.drain()
+            return segments
+        segments += rings.drain()
         if rings.lost:
             self.warn("timing-lost", f"{rings.lost} worker fetch timings were overwritten before they were read")
         return segments
@@ -292,7 +295,9 @@ class Monitor(threading.Thread):
                     update["error"] = error
         epochs = [dataclasses.replace(self._epochs[e]) for e in sorted(self._dirty_epochs)]
         self._dirty_epochs.clear()
+        trials = [self.shared.trials.popleft() for _ in range(len(self.shared.trials))]
         flush = Flush(records=chunks, timed=timed, epochs=epochs, fetches=fetches, idle=idle, update=update)
+        flush.trials = trials
         if final:
             flush.iterated = sum(self._produced.values())
             self._final = flush  # sent by _close, retried there: NOTE [ Final state ] in collector/writer/child.py

@@ -9,6 +9,7 @@ from typing import Any
 from collector.errors import CollectorWarning
 from collector.record import autowatch
 from collector.record.runinfo import job_start
+from collector.record.tuning import tune_every
 from collector.sample.sampler import Rates
 from collector.store.fold import DEFAULT_KEEP_BATCHES
 from collector.store.schema import DEFAULT_DB, default_db_path
@@ -29,6 +30,7 @@ class Scoped:
         host_hz: float,
         tags: dict[str, Any],
         keep_batches: int | None = DEFAULT_KEEP_BATCHES,
+        tune: bool | int = False,
     ) -> None:
         path = os.fspath(db) if db is not None else default_db_path()
         if os.path.isdir(path):
@@ -36,6 +38,7 @@ class Scoped:
         self.db = os.path.abspath(path)
         self.rates = Rates(gpu_hz=gpu_hz, host_hz=host_hz, keep_batches=keep_batches)
         self.tags = dict(tags)
+        self.tune = tune_every(tune)  # bad values raise here, in the callback's constructor
         self.auto: autowatch.AutoWatch | None = None
         os.environ.update(job_start(os.environ))
 
@@ -44,7 +47,7 @@ class Scoped:
         if self.auto is not None or autowatch.active is not None:
             return
         try:
-            self.auto = autowatch.AutoWatch(self.db, self.rates, tags=self.tags)
+            self.auto = autowatch.AutoWatch(self.db, self.rates, tags=self.tags, tune=self.tune)
             self.auto.install()
         except Exception as exc:  # noqa: BLE001 - a callback must never stop training
             self.auto = None

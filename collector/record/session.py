@@ -21,6 +21,7 @@ from collector.record.load_clock import LoadClock
 from collector.record.monitor import Monitor
 from collector.record.plain_loop import plain_loop
 from collector.record.runinfo import command_line, distributed, job_id, loader_config, versions
+from collector.record.tuning import LiveTuner, TunedEvents
 from collector.record.worker_timing import TimingRings, WorkerHook
 from collector.sample.host import host_facts
 from collector.sample.sampler import Rates
@@ -44,6 +45,7 @@ class Session:
         iterate: Callable[[Any], Iterator[Any]] = iter,
         stage: str | None = None,
         timing_rings: TimingRings | None = None,  # made ahead, at watch(): TimingRings.for_loader
+        tune: int | None = None,  # live tuning: at most one epoch in ``tune`` on a trial (None: off)
         **monitor_kwargs: Any,
     ) -> None:
         self.loader = loader
@@ -75,6 +77,13 @@ class Session:
         )
         self.monitor = Monitor(db, start, self.shared, rates, **monitor_kwargs)
         self._started = False
+        self.tuner: LiveTuner | None = None
+        if tune is not None:
+            self.tuner = LiveTuner(loader, self.shared, db, tune, run_id=lambda: self.monitor.run_id)
+            self.shared.epoch_events = TunedEvents(100_000, self.tuner, self._wall_of)
+
+    def _wall_of(self, t_ns: int) -> float:
+        return float(self.monitor.wall0 + (t_ns - self.monitor.perf0) / 1e9)
 
     # NOTE [ Started after the fork ]
     # The monitor thread, the writer's spawn and its pipes start at the first
@@ -122,9 +131,12 @@ class Session:
         epoch = self._epoch
         self._epoch += 1
         t_start = time.perf_counter_ns() if called_ns is None else called_ns
+        setting = None if self.tuner is None else self.tuner.before_epoch(epoch, t_start, self._wall_of(t_start))
         try:
             it, iter_ns = self._open_iterator()
         finally:
+            if self.tuner is not None:
+                self.tuner.after_iter()
             self.start()  # NOTE [ Started after the fork ]
         probe = None
         if getattr(self.loader, "num_workers", 0):
@@ -140,7 +152,7 @@ class Session:
         else:
             loop = self._full_loop(it, epoch, t_start, probe, cuda, pids, owner)
         own_ns = time.perf_counter_ns() - t_start - iter_ns  # See NOTE [ The collector's own time ]
-        self.shared.epoch_events.append(EpochStarted(epoch, t_start, pids, threads, own_ns))
+        self.shared.epoch_events.append(EpochStarted(epoch, t_start, pids, threads, own_ns, setting))
         return loop
 
     def _open_iterator(self) -> tuple[Iterator[Any], int]:
@@ -158,12 +170,16 @@ class Session:
         # that already run (persistent ones) keep the hook they started with.
         # See NOTE [ Worker timing ].
         rings = self.shared.timing_rings
-        if rings is None:
+        if rings is None or rings.workers < workers:  # a tuner may add workers: NOTE [ Live tuning ]
+            if rings is not None:
+                self.shared.retired_rings.append(rings)  # the monitor drains what is left in them
             rings = self.shared.timing_rings = TimingRings(loader.multiprocessing_context or get_context(), workers)
         original = loader.worker_init_fn
         loader.worker_init_fn = WorkerHook(rings, original)
         t0 = time.perf_counter_ns()
         try:
+            if self.tuner is not None:
+                return self.tuner.quietly(self._iterate, loader), time.perf_counter_ns() - t0
             return self._iterate(loader), time.perf_counter_ns() - t0
         finally:
             loader.worker_init_fn = original
@@ -253,6 +269,8 @@ class Session:
             self.start()  # a run never iterated is recorded all the same, with 0 batches
         except RuntimeError:  # at exit, where Python 3.12+ starts no thread: nothing was recorded, nothing to end
             return
+        if self.tuner is not None:
+            self.tuner.finish()
         status = self.shared.status.get("status", "completed")
         self.monitor.final_status = (status, self.shared.status.get("error"))
         self.monitor.stop_event.set()

@@ -13,6 +13,7 @@ from typing import Any, NoReturn
 from collector.record.origin import user_frame
 from collector.record.runinfo import generated_name
 from collector.record.session import READY_TIMEOUT_S, Session
+from collector.record.tuning import tune_every
 from collector.record.worker_timing import TimingRings
 from collector.sample.sampler import DEFAULT_GPU_HZ, DEFAULT_HOST_HZ, Rates
 from collector.store.fold import DEFAULT_KEEP_BATCHES
@@ -197,7 +198,7 @@ def _is_dataloader_class(cls: type) -> bool:
     return data is not None and issubclass(cls, data.DataLoader)
 
 
-WATCH_KEYWORDS = ("db", "run", "gpu_hz", "host_hz", "tags", "keep_batches")
+WATCH_KEYWORDS = ("db", "run", "gpu_hz", "host_hz", "tags", "keep_batches", "tune")
 
 
 def watch(
@@ -209,6 +210,7 @@ def watch(
     host_hz: float = DEFAULT_HOST_HZ,
     tags: Mapping[str, Any] | None = None,
     keep_batches: int | None = DEFAULT_KEEP_BATCHES,
+    tune: bool | int = False,
     **unknown: NoReturn,
 ) -> WatchedLoader:
     """Wrap ``loader`` so every batch's wait is recorded into a SQLite file.
@@ -218,12 +220,18 @@ def watch(
     set the background sampling rates (0 turns one off); ``tags`` are stored
     with the run. ``keep_batches`` bounds the file: per-batch rows are kept for
     the newest that many batches and the first epoch, older ones folded into
-    per-second rollups (None keeps every row; see docs/long-runs.md). Bad arguments raise here; nothing the collector does later
-    ever raises into the loop.
+    per-second rollups (None keeps every row; see docs/long-runs.md).
+    ``tune=True`` tries the prediction model's advice on the running loader,
+    an epoch at a time, and keeps what measures faster (docs/tuning.md); an
+    integer N >= 2 also spends at most one epoch in N on a trial (4 by
+    default). Bad arguments raise here; nothing the collector does later ever
+    raises into the loop.
     """
     if unknown:
         raise TypeError(unknown_keywords("watch", unknown, WATCH_KEYWORDS))
-    return watch_with(loader, db, run, gpu_hz=gpu_hz, host_hz=host_hz, tags=tags, keep_batches=keep_batches)
+    every = tune_every(tune)
+    extra: dict[str, Any] = {"tune": every} if every else {}
+    return watch_with(loader, db, run, gpu_hz=gpu_hz, host_hz=host_hz, tags=tags, keep_batches=keep_batches, **extra)
 
 
 def unknown_keywords(function: str, given: Mapping[str, Any], valid: tuple[str, ...]) -> str:

@@ -19,8 +19,9 @@ BUSY_TIMEOUT_MS = 5_000
 
 Row = Sequence[Any]
 
-# an epochs row: run_id, epoch, started_at, ended_at, first_batch_s, batches, worker_pids, end_wait_s, collector_s
-EPOCH_FIELDS = 9
+# an epochs row: run_id, epoch, started_at, ended_at, first_batch_s, batches, worker_pids, end_wait_s, collector_s,
+# setting
+EPOCH_FIELDS = 10
 
 
 def batch_insert_sql(run_id: int, wall0_s: float, perf0_ns: int, extra: Sequence[str] = ()) -> str:
@@ -292,9 +293,10 @@ class Store:
                 conn.executemany(self._inserts[table], _padded(table_rows, self._widths[table]))
             conn.executemany(
                 "INSERT INTO epochs (run_id, epoch, started_at, ended_at, first_batch_s, batches, worker_pids,"
-                " end_wait_s, collector_s) VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT (run_id, epoch) DO UPDATE SET"
-                " ended_at=excluded.ended_at, first_batch_s=excluded.first_batch_s, batches=excluded.batches,"
-                " worker_pids=excluded.worker_pids, end_wait_s=excluded.end_wait_s, collector_s=excluded.collector_s",
+                " end_wait_s, collector_s, setting) VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT (run_id, epoch) DO UPDATE"
+                " SET ended_at=excluded.ended_at, first_batch_s=excluded.first_batch_s, batches=excluded.batches,"
+                " worker_pids=excluded.worker_pids, end_wait_s=excluded.end_wait_s, collector_s=excluded.collector_s,"
+                " setting=excluded.setting",
                 (tuple(row) + (None,) * (EPOCH_FIELDS - len(row)) for row in epochs),  # rows without the newer fields
             )
             if fold is not None:

@@ -7,6 +7,7 @@ the size of the run. See NOTE [ Export cursor ].
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -210,6 +211,19 @@ def epoch_starts(conn: sqlite3.Connection, run_id: int, from_epoch: int) -> dict
     return {int(e): (float(s), None if f is None else float(f)) for e, s, f in rows}
 
 
+def loader_setting(conn: sqlite3.Connection, run_id: int) -> dict[str, Any] | None:
+    """A tuned run's setting now: its newest epoch's (NOTE [ Live tuning ]); None untuned or before schema 6."""
+    if "setting" not in columns_of(conn, "epochs"):
+        return None
+    row = conn.execute(
+        "SELECT setting FROM epochs WHERE run_id = ? AND setting IS NOT NULL ORDER BY epoch DESC LIMIT 1", (run_id,)
+    ).fetchone()
+    if row is None:
+        return None
+    value = json.loads(row[0])
+    return value if isinstance(value, dict) else None
+
+
 def gpu_utilisation(conn: sqlite3.Connection, run_id: int, since_ts: float) -> dict[int, float]:
     """GPU index -> mean utilisation in percent over the samples since ``since_ts`` (GPUs never sampled: absent)."""
     rows = conn.execute(
@@ -273,7 +287,7 @@ def rollup_sums(conn: sqlite3.Connection, run_id: int, after: Key | None, upto: 
                 [*params, after[0], after[1]],
             ).fetchall()
         )
-    except sqlite3.OperationalError:  # a file from before schema 5: NOTE [ Schema versions ]
+    except sqlite3.OperationalError:  # a file from before schema 6: NOTE [ Schema versions ]
         return zero, []
     return _folded(0, 0, 0, whole), [_folded(int(r[0]), int(r[1]), int(r[2]), r[3:]) for r in held]
 

@@ -191,9 +191,17 @@ def _copy_rows(conn: sqlite3.Connection, old_id: int, new_id: int) -> int:
         " worker_pids = COALESCE(excluded.worker_pids, worker_pids)"
         + (", end_wait_s = COALESCE(excluded.end_wait_s, end_wait_s)" if "end_wait_s" in e else "")
         + (", collector_s = COALESCE(excluded.collector_s, collector_s)" if "collector_s" in e else "")
+        + (", setting = COALESCE(excluded.setting, setting)" if "setting" in e else "")
         + " WHERE excluded.ended_at IS NOT ended_at OR excluded.batches IS NOT batches",
         (new_id, old_id),
     )
+    t = [c for c in _shared_columns(conn, "trials") if c != "run_id"]
+    if t:  # both files have it (schema 6)
+        conn.execute(
+            f"INSERT OR REPLACE INTO main.trials (run_id, {', '.join(t)}) SELECT ?, {', '.join(t)}"
+            " FROM src.trials WHERE run_id = ?",
+            (new_id, old_id),
+        )
     for table in SAMPLE_TABLES:
         cols = [c for c in _shared_columns(conn, table) if c != "run_id"]
         conn.execute(

@@ -17,7 +17,7 @@ import pandas as pd
 
 from collector.errors import CannotRead, NotAStallwatchFile, UnknownRun
 from collector.store.connection import check_meta
-from collector.store.schema import RUN_DEFAULTS
+from collector.store.schema import RUN_DEFAULTS, TRIAL_COLUMNS
 
 # A running run whose heartbeat is older than this was killed (SIGKILL, OOM, power).
 STALE_AFTER_S = 5.0
@@ -206,6 +206,13 @@ class Reader:
         return self.frame(
             f"SELECT {', '.join(columns)} FROM worker_exits WHERE run_id = ? ORDER BY started_at", (run_id,)
         )
+
+    def trials(self, run_id: int) -> pd.DataFrame:
+        """A tuned run's trials (NOTE [ Live tuning ]); empty for an untuned run or a file from before schema 6."""
+        columns = ["run_id", *TRIAL_COLUMNS]
+        if not self.scalar("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'trials'"):
+            return pd.DataFrame(columns=columns)
+        return self.frame("SELECT * FROM trials WHERE run_id = ? ORDER BY epoch, start_idx", (run_id,))
 
     def worker_fetches(self, run_id: int, since_ts: float | None = None) -> pd.DataFrame:
         where, params = _since("f", run_id, since_ts, ts_column="started_at")

@@ -17,7 +17,7 @@ def default_db_path(environ: Mapping[str, str] = os.environ) -> str:
     return environ.get(ENV_DB) or DEFAULT_DB
 
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 SAMPLE_TABLES = ("gpu_samples", "host_samples", "proc_samples")  # the tables the writer's Sampler fills
 
 # NOTE [ Schema versions ]
@@ -40,6 +40,42 @@ SAMPLE_TABLES = ("gpu_samples", "host_samples", "proc_samples")  # the tables th
 #      collector/record/session.py), never counted as waiting for data.
 #   5: the rollup tables (ROLLUP_DDL): rows past a run's window folded into
 #      sums (NOTE [ Rollups ] in collector/store/fold.py).
+#   6: live tuning (NOTE [ Live tuning ] in collector/tune/policy.py):
+#      epochs.setting (the loader's setting that epoch, where a tuner changed
+#      it) and the trials table (each trial: setting, predicted and measured
+#      speed-up, kept or reverted, why).
+TRIAL_COLUMNS = (
+    "epoch",
+    "start_idx",
+    "batches",
+    "started_at",
+    "ended_at",
+    "setting",
+    "baseline",
+    "predicted_speedup",
+    "predicted_low",
+    "predicted_high",
+    "measured_speedup",
+    "noise",
+    "kept",
+    "why",
+)
+TRIALS_DDL = (
+    "CREATE TABLE IF NOT EXISTS trials ("
+    " run_id INTEGER NOT NULL REFERENCES runs(id),"
+    " epoch INTEGER NOT NULL,"  # the epoch the trial ran in
+    " start_idx INTEGER NOT NULL,"  # the batch it started at: 0 for a whole epoch, else a window (a long epoch)
+    " batches INTEGER,"  # batches measured
+    " started_at REAL, ended_at REAL,"
+    " setting TEXT NOT NULL,"  # JSON: the setting tried
+    " baseline TEXT NOT NULL,"  # JSON: the setting it was measured against
+    " predicted_speedup REAL, predicted_low REAL, predicted_high REAL,"
+    " measured_speedup REAL,"  # seconds a batch at the baseline / at the setting tried
+    " noise REAL,"  # the baseline's own epoch-to-epoch variation, as a fraction
+    " kept INTEGER NOT NULL,"
+    " why TEXT,"
+    " PRIMARY KEY (run_id, epoch, start_idx))"
+)
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     2: (
         "ALTER TABLE runs ADD COLUMN job_id TEXT",
@@ -130,6 +166,7 @@ CREATE TABLE IF NOT EXISTS epochs (
     worker_pids TEXT,                -- JSON list
     end_wait_s REAL,                 -- the final next() that ends the epoch (and shuts workers down)
     collector_s REAL,                -- of first_batch_s, the collector's own work (session start, hooks): not waiting
+    setting TEXT,                    -- JSON: the loader's setting this epoch, where a tuner changed it (else NULL)
     PRIMARY KEY (run_id, epoch)
 );
 CREATE TABLE IF NOT EXISTS batches (
@@ -212,3 +249,5 @@ CREATE INDEX IF NOT EXISTS proc_samples_run_ts ON proc_samples (run_id, ts);
 """
 
 MIGRATIONS[5] = tuple(statement.strip() for statement in ROLLUP_DDL.split(";") if statement.strip())
+MIGRATIONS[6] = ("ALTER TABLE epochs ADD COLUMN setting TEXT", TRIALS_DDL)
+DDL += TRIALS_DDL + ";\n"

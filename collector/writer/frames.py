@@ -70,6 +70,7 @@ class EpochRow:
     worker_pids_json: str = "[]"  # the sampler follows the newest epoch's workers through it
     end_wait_s: float | None = None  # the final next(), the one that ended the epoch
     collector_s: float | None = None  # the collector's own work inside first_batch_s, not the loader's
+    setting_json: str | None = None  # the loader's setting this epoch, where a tuner changed it
 
 
 @dataclass
@@ -91,6 +92,7 @@ class Flush:
     idle: list[tuple[tuple[int, int], float | None]] = field(default_factory=list)
     update: dict[str, Any] = field(default_factory=dict)
     iterated: int | None = None  # the final flush: batches handed to the loop in all (NOTE [ Accounting ])
+    trials: list[tuple[Any, ...]] = field(default_factory=list)  # rows of the trials table (TRIAL_COLUMNS), no run id
 
     def record_count(self) -> int:
         """Batches in this frame (a described batch is also among the timed pairs: counted once)."""
@@ -205,7 +207,17 @@ def frame_payload(frame: Frame) -> tuple[Any, ...]:
         )
     elif isinstance(frame, Flush):
         epochs = [dataclasses.astuple(row) for row in frame.epochs]
-        payload = ("flush", frame.records, frame.timed, epochs, frame.fetches, frame.idle, frame.update, frame.iterated)
+        payload = (
+            "flush",
+            frame.records,
+            frame.timed,
+            epochs,
+            frame.fetches,
+            frame.idle,
+            frame.update,
+            frame.iterated,
+            frame.trials,
+        )
     else:
         payload = ("close",)
     return payload
@@ -220,8 +232,8 @@ def decode_frame(payload: Any) -> Frame | None:
         db_path, start, wall0_s, perf0_ns, rates, run_id, samples_before = rest
         return Open(db_path, RunStart(**start), wall0_s, perf0_ns, Rates(*rates), run_id, samples_before)
     if tag == "flush":
-        records, timed, epochs, fetches, idle, update, iterated = rest
-        return Flush(records, timed, [EpochRow(*row) for row in epochs], fetches, idle, update, iterated)
+        records, timed, epochs, fetches, idle, update, iterated, trials = rest
+        return Flush(records, timed, [EpochRow(*row) for row in epochs], fetches, idle, update, iterated, trials)
     if tag == "close":
         return Close()
     return None

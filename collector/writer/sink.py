@@ -23,6 +23,7 @@ from collector.store.connection import (
     fetch_insert_sql,
 )
 from collector.store.fold import Folder
+from collector.store.schema import TRIAL_COLUMNS
 from collector.writer.batch_records import CLOCKS, LAYOUTS, Record, fast_records, ring_clocks
 from collector.writer.frames import (
     FETCH,
@@ -57,6 +58,7 @@ class Sink:
         self.store, self.run_id = self._open_run(opening.run_id)
         self._file = _identity(opening.db_path)
         self._epochs: dict[int, EpochRow] = {}  # epoch rows not yet written
+        self._trials: dict[tuple[int, int], tuple[Any, ...]] = {}  # trial rows not yet written
         self._tails: dict[int, tuple[int, int]] = {}  # epoch -> (idx, t_return_ns) of its last timed batch
         self._pending: dict[str, Any] = {}  # run update not yet written: NOTE [ Final state ]
         self._iterated: int | None = None  # from the final flush: NOTE [ Accounting ]
@@ -104,6 +106,10 @@ class Sink:
         # each epoch's start stays rows: its first num_workers batches (1 without), as the diagnosis costs it
         head = max(1, int(start.config.get("num_workers") or 0)) if isinstance(start.config, dict) else 1
         self.folder = Folder(run_id, opening.rates.keep_batches, head=head)  # NOTE [ Rollups ]
+        self._trial_sql = (
+            f"INSERT OR REPLACE INTO trials (run_id, {', '.join(TRIAL_COLUMNS)})"
+            f" VALUES ({int(run_id)}, {', '.join('?' * len(TRIAL_COLUMNS))})"
+        )
         return store, run_id
 
     def tell_taken(self) -> None:
@@ -157,6 +163,7 @@ class Sink:
         else:
             self.failed = False
             self._epochs.clear()
+            self._trials.clear()
             self._pending.clear()
         return self.take_messages()
 
@@ -173,6 +180,9 @@ class Sink:
                 statements.append((self._fetch_sql, fetches))
             if exits:
                 statements.append((self._exit_sql, exits))
+        self._trials.update({(row[0], row[1]): row for row in flush.trials})  # kept until written, as epochs are
+        if self._trials:
+            statements.append((self._trial_sql, list(self._trials.values())))
         if flush.idle:
             statements.append((GPU_IDLE_UPDATE, [(s, run_id, key[0], key[1]) for key, s in flush.idle]))
         sample_rows = {table: [(run_id, *row) for row in rows] for table, rows in samples.items()}

@@ -1,0 +1,187 @@
+"""Live tuning against the best static setting: does ``watch(tune=True)`` find it, how fast, at what cost?
+
+Each pipeline starts at its own setting (the demos' ``collector demo`` loaders, and the photo
+pipeline of bench/pipelines.py at num_workers=0) and trains ``--epochs`` epochs in a fresh
+process: untuned, tuned, and at each static setting of a small grid. Printed per pipeline:
+
+- best static: the grid's fastest setting by its median epoch (seconds a batch)
+- tuned / best: the best static's median epoch over the tuned run's median of its last 3 epochs
+  (target >= 0.90), and the epoch by which the tuned run first came within 10% of the best
+- slow epochs: tuned epochs 10% or more slower than the untuned run's median (target <= 1)
+- for the healthy demo: the tuned run's total time over the untuned run's (target <= 1.02)
+- others: other processes' CPU during the runs, in cores (runs over 0.05 are marked)
+
+``--hog`` runs a CPU hog (one busy process a core) beside every run.
+
+    python bench/bench_tune.py --pipelines starved,cpu,photo --epochs 10 [--hog]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+DEMOS = ("starved", "cpu", "oversubscribed", "epoch-stall", "healthy")
+GRID = {  # static settings tried per pipeline: (num_workers, persistent_workers)
+    "default": [(0, False), (2, False), (2, True), (4, True), (8, True)],
+}
+QUIET_CORES = 0.05
+
+
+def _cpu_busy_s() -> float:
+    with open("/proc/stat") as f:
+        fields = [float(x) for x in f.readline().split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def child(args: argparse.Namespace) -> None:
+    """One run in this process: per-epoch seconds as JSON on stdout."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    from collector import watch
+
+    torch.manual_seed(0)
+    if args.pipeline == "photo":
+        from pipelines import JpegFolder, SmallCNN, make_jpegs
+
+        data = make_jpegs(Path(tempfile.gettempdir()) / "stallwatch-bench-tune-jpegs", 256)
+        dataset, kwargs, step_s = JpegFolder(data, "light"), {"batch_size": 32, "num_workers": 0}, 0.0
+        model: torch.nn.Module = SmallCNN()
+    else:
+        from collector.cli.demo import SCENARIOS
+
+        spec = SCENARIOS[args.pipeline]
+        dataset, kwargs, step_s = spec.make_dataset(), dict(spec.loader_kwargs), spec.step_s
+        if args.pipeline != "epoch-stall":
+            dataset = torch.utils.data.Subset(dataset, range(1024))
+        torch.set_num_threads(1)
+        model = torch.nn.Linear(256, 10)
+    if args.workers is not None:
+        kwargs.update(num_workers=args.workers, persistent_workers=bool(args.persistent) and args.workers > 0)
+        if args.workers == 0:
+            kwargs.pop("prefetch_factor", None)
+    loader = DataLoader(dataset, shuffle=True, generator=torch.Generator().manual_seed(1), **kwargs)
+    optimiser = torch.optim.SGD(model.parameters(), lr=0.01)
+    watched = watch(loader, db=args.db, run=args.run, tune=bool(args.tune))
+    times = []
+    for _ in range(args.epochs):
+        t0 = time.perf_counter()
+        for x, y in watched:
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            optimiser.zero_grad()
+            loss.backward()
+            optimiser.step()
+            if step_s:
+                time.sleep(step_s)
+        times.append(time.perf_counter() - t0)
+    watched.close()
+    print(json.dumps(times))
+
+
+def run_one(args: argparse.Namespace, pipeline: str, db: str, run: str, extra: list[str]) -> tuple[list[float], float]:
+    """A child run: (its epoch seconds, other processes' CPU in cores meanwhile)."""
+    cmd = [sys.executable, __file__, "--child", pipeline, "--epochs", str(args.epochs), "--db", db, "--run", run]
+    t0, busy0 = time.monotonic(), _cpu_busy_s()
+    proc = subprocess.Popen([*cmd, *extra], stdout=subprocess.PIPE, text=True)
+    ours = _tree_cpu_s(proc)
+    out, _ = proc.communicate()
+    wall = time.monotonic() - t0
+    others = max(0.0, _cpu_busy_s() - busy0 - ours()) / wall - args.hog_cores
+    return json.loads(out.strip().splitlines()[-1]), others
+
+
+def _tree_cpu_s(proc: subprocess.Popen[str]) -> Callable[[], float]:
+    """A function giving the CPU seconds of ``proc`` and its children once it has ended (rusage of children)."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+
+    def spent() -> float:
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+    return spent
+
+
+def _hog(stop: Any) -> None:
+    while not stop.is_set():
+        sum(i * i for i in range(10_000))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pipelines", default="starved,cpu,oversubscribed,epoch-stall,healthy,photo")
+    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--hog", action="store_true", help="a CPU hog on every core beside each run")
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--db", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--run", default="bench", help=argparse.SUPPRESS)
+    parser.add_argument("--workers", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--persistent", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--tune", type=int, default=0, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child is not None:
+        args.pipeline = args.child
+        child(args)
+        return
+    args.hog_cores = float(os.cpu_count() or 1) if args.hog else 0.0
+    stop = multiprocessing.Event()
+    hogs = [multiprocessing.Process(target=_hog, args=(stop,)) for _ in range(int(args.hog_cores))]
+    for h in hogs:
+        h.start()
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for pipeline in args.pipelines.split(","):
+                _bench(args, pipeline, str(Path(tmp) / f"{pipeline}.sqlite"))
+    finally:
+        stop.set()
+        for h in hogs:
+            h.join()
+
+
+def _bench(args: argparse.Namespace, pipeline: str, db: str) -> None:
+    untuned, o1 = run_one(args, pipeline, db, "untuned", [])
+    tuned, o2 = run_one(args, pipeline, db, "tuned", ["--tune", "1"])
+    grid = {}
+    others = [o1, o2]
+    for workers, persistent in GRID["default"]:
+        times, o = run_one(
+            args,
+            pipeline,
+            db,
+            f"static-{workers}-{persistent}",
+            ["--workers", str(workers), "--persistent", str(int(persistent))],
+        )
+        grid[(workers, persistent)] = statistics.median(times[1:])
+        others.append(o)
+    best_key = min(grid, key=grid.__getitem__)
+    best = grid[best_key]
+    last = statistics.median(tuned[-3:])
+    within = next((i for i, t in enumerate(tuned) if t <= best / 0.9), None)
+    base = statistics.median(untuned)
+    slow = sum(t >= 1.10 * base for t in tuned)
+    noisy = max(others) > QUIET_CORES
+    print(
+        f"{pipeline:15s} best static {best_key} {best:.3f} s; tuned/best {best / last:.2f}; "
+        f"within 10% at epoch {within}; slow epochs {slow}; tuned/untuned total {sum(tuned) / sum(untuned):.3f}; "
+        f"others {max(others):.2f} cores{' (NOISY)' if noisy else ''}",
+        flush=True,
+    )
+    print(f"  untuned {[round(t, 2) for t in untuned]}\n  tuned   {[round(t, 2) for t in tuned]}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

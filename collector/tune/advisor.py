@@ -1,0 +1,151 @@
+"""The tuner's helper process: the prediction model, run beside the job, asked without waiting for its answer."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import sys
+from dataclasses import asdict
+from typing import Any
+
+from collector.diagnosis.model import Setting
+from collector.tune.policy import Proposal, setting_from
+from collector.writer.spawn import end_child, forget_in_forks, start_child
+
+# NOTE [ The tuner's helper ]
+# Proposing a setting means diagnosing the run so far: pandas and every rule,
+# 0.3-0.5 s of CPU to import and about 0.1-0.5 s a proposal. None of it may
+# run on the training thread, nor hold its GIL. So a helper process starts
+# with the first tuned epoch, as politely as the writer (NOTE [ A polite
+# writer ]: nice +10, in the job's session), imports the diagnosis and answers
+# one JSON line per question: the run's file and id, the current setting, the
+# settings tried. The training thread writes the question at an epoch's end
+# and reads whatever answer has come by a later epoch's start, never waiting
+# (``poll``). A helper that cannot start, dies or answers nonsense ends
+# tuning with one warning; the loop goes on at the last good setting.
+SERVE = "from collector.tune.advisor import serve; serve()"
+
+
+class AdvisorError(Exception):
+    """The helper cannot answer: tuning ends."""
+
+
+class Advisor:
+    """The training process's end of the helper: ``ask`` and ``poll`` never block."""
+
+    def __init__(self, code: str = SERVE) -> None:
+        self.pid: int | None = None
+        self._req = self._rep = -1
+        self._buffer = b""
+        self.asked = 0
+        self.answered = 0
+        try:
+            self.pid, self._req, self._rep = start_child(code)
+        except OSError as exc:
+            raise AdvisorError(f"the tuner's helper process could not start ({exc})") from exc
+        os.set_blocking(self._rep, False)
+        forget_in_forks(self)  # NOTE [ Forked children ] in collector/writer/spawn.py
+
+    def ask(
+        self, db: str, run_id: int, epoch: int, current: Setting, tried: list[Setting], fixed_workers: bool
+    ) -> None:
+        """Send a question about the run once ``epoch`` is in the file; its answer comes to a later ``poll``."""
+        question = {
+            "db": db,
+            "run_id": run_id,
+            "epoch": epoch,
+            "current": asdict(current),
+            "tried": [asdict(s) for s in tried],
+            "fixed_workers": fixed_workers,
+        }
+        try:
+            os.write(self._req, json.dumps(question).encode() + b"\n")
+        except OSError as exc:
+            raise AdvisorError(f"the tuner's helper is gone ({exc})") from exc
+        self.asked += 1
+
+    @property
+    def waiting(self) -> bool:
+        return self.answered < self.asked
+
+    def poll(self) -> Proposal | str | None:
+        """The newest answer, if one came: a Proposal, or why nothing pays; None while none has. Never blocks."""
+        answer: Proposal | str | None = None
+        while (line := self._line()) is not None:
+            self.answered += 1
+            answer = _decode(line)
+        return answer
+
+    def _line(self) -> bytes | None:
+        while (end := self._buffer.find(b"\n")) < 0:
+            try:
+                ready = select.select([self._rep], [], [], 0.0)[0]
+                chunk = os.read(self._rep, 1 << 16) if ready else None
+            except BlockingIOError:
+                return None
+            except (OSError, ValueError) as exc:
+                raise AdvisorError(f"the tuner's helper is gone ({exc})") from exc
+            if chunk is None:
+                return None
+            if not chunk:
+                raise AdvisorError("the tuner's helper ended")
+            self._buffer += chunk
+        line, self._buffer = self._buffer[:end], self._buffer[end + 1 :]
+        return line
+
+    def close(self) -> None:
+        """End the helper and reap it. Idempotent."""
+        if self.pid is not None:
+            end_child(self.pid)
+        self.forget_in_fork()
+
+    def forget_in_fork(self) -> None:
+        for fd in (self._req, self._rep):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._req = self._rep = -1
+        self.pid = None
+
+
+def _decode(line: bytes) -> Proposal | str:
+    try:
+        answer = json.loads(line)
+        if "error" in answer:
+            raise AdvisorError(f"the tuner's helper failed: {answer['error']}")
+        if "none" in answer:
+            return str(answer["none"])
+        return Proposal(
+            baseline=setting_from(answer["baseline"]),
+            setting=setting_from(answer["setting"]),
+            predicted=float(answer["predicted"]),
+            low=float(answer["low"]),
+            high=float(answer["high"]),
+        )
+    except (ValueError, KeyError, TypeError) as exc:
+        raise AdvisorError(f"the tuner's helper answered {line[:200]!r}") from exc
+
+
+def serve() -> None:
+    """In the helper: import the diagnosis, then answer each question line with one answer line until input ends."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from collector.tune.propose import propose
+
+    for line in sys.stdin.buffer:
+        try:
+            q = json.loads(line)
+            answer: dict[str, Any] = propose(
+                q["db"],
+                int(q["run_id"]),
+                setting_from(q["current"]),
+                [setting_from(s) for s in q["tried"]],
+                fixed_workers=bool(q["fixed_workers"]),
+                epoch=q.get("epoch"),
+            )
+        except Exception as exc:  # noqa: BLE001 - the helper's boundary: the question's error goes back as the answer
+            answer = {"error": f"{type(exc).__name__}: {exc}"}
+        sys.stdout.buffer.write(json.dumps(answer).encode() + b"\n")
+        sys.stdout.buffer.flush()

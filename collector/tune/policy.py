@@ -1,0 +1,250 @@
+"""Which setting the next epoch runs at, and whether a trial is kept: measured speed against measured noise."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from collector.diagnosis.model import Setting
+from collector.diagnosis.tuned_line import line
+
+# NOTE [ Live tuning ]
+# A prediction carries the machine's noise (about 12% run to run on a shared
+# machine, against predicted gains of 1.2x); a trial on the job itself, in its
+# own conditions, settles it. The tuner runs the loader at its own setting
+# for BASELINE_EPOCHS epochs, asks the prediction model (in a helper process
+# beside the job, collector/tune/advisor.py) for the best setting it ranks
+# above 1.0 that was not tried yet, and runs the next epoch at that setting:
+# a trial. The trial's seconds a batch are compared with the setting it
+# replaced (the median of that setting's recent epochs); it is kept only where
+# it measured faster by more than that setting's own epoch-to-epoch variation
+# ((slowest - fastest) / fastest of its epochs, at least NOISE_FLOOR), else the
+# loader goes back. A kept trial becomes the setting the next is measured
+# against. Trials stop when no untried setting is predicted to beat the
+# current one by more than its noise, after MAX_TRIALS, or at the first
+# failure. After the first, at most one epoch in ``every`` is a trial, kept or
+# not: the rest of the run trains at the best setting found. Persistent
+# workers start once a run, and on a short epoch their start fills it: a
+# trial that starts them runs two segments and is judged on the second, as
+# every later epoch at that setting runs.
+# Each trial's measure is an epoch (or, for long epochs, a window of one:
+# ``Segment``), in seconds a batch, so a shorter last epoch compares fairly.
+BASELINE_EPOCHS = 2  # epochs at the user's own setting before the first trial (the second measures its noise)
+NOISE_FLOOR = 0.03  # a difference smaller than this is never taken as a gain
+MAX_TRIALS = 8
+DEFAULT_EVERY = 4  # at most one epoch in four on a trial once a gain is kept
+
+
+def setting_json(setting: Setting, trial: bool = False) -> str:
+    """The stored form of a setting (epochs.setting, trials.setting): its fields, and whether it was a trial."""
+    return json.dumps({**dataclasses.asdict(setting), **({"trial": True} if trial else {})}, sort_keys=True)
+
+
+def setting_from(value: dict[str, Any]) -> Setting:
+    return Setting(**{f.name: value[f.name] for f in dataclasses.fields(Setting) if f.name in value})
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """The model's pick against ``baseline``: the setting to try and its predicted speed-up with a range."""
+
+    baseline: Setting
+    setting: Setting
+    predicted: float
+    low: float
+    high: float
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One trial, measured: a row of the trials table."""
+
+    epoch: int
+    start_idx: int  # 0: a whole epoch; else the batch a window of a long epoch started at
+    batches: int
+    started_at: float
+    ended_at: float
+    setting: Setting
+    baseline: Setting
+    proposal: Proposal
+    measured: float  # baseline's seconds a batch / the trial's
+    noise: float
+    kept: bool
+    why: str
+
+    def row(self) -> tuple[Any, ...]:
+        """In TRIAL_COLUMNS order (collector/store/schema.py)."""
+        p = self.proposal
+        return (
+            self.epoch,
+            self.start_idx,
+            self.batches,
+            self.started_at,
+            self.ended_at,
+            setting_json(self.setting),
+            setting_json(self.baseline),
+            p.predicted,
+            p.low,
+            p.high,
+            self.measured,
+            self.noise,
+            int(self.kept),
+            self.why,
+        )
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A measured stretch of the loop at one setting: an epoch, or a window of a long one."""
+
+    epoch: int
+    start_idx: int
+    batches: int
+    seconds: float
+    started_at: float  # wall clock, for the record
+    ended_at: float
+
+    @property
+    def per_batch_s(self) -> float:
+        return self.seconds / max(1, self.batches)
+
+
+@dataclass
+class Policy:
+    """The tuner's decisions, with no clock and no loader: segments in, the next setting and trials out."""
+
+    start: Setting
+    every: int = DEFAULT_EVERY
+    fixed_workers: bool = False  # an IterableDataset: its sharding depends on num_workers
+    current: Setting = field(init=False)
+    done: str | None = field(default=None, init=False)  # why tuning ended
+    trials: list[Trial] = field(default_factory=list, init=False)
+    tried: set[Setting] = field(default_factory=set, init=False)
+    _times: dict[Setting, list[float]] = field(default_factory=dict, init=False)
+    _trial: Proposal | None = field(default=None, init=False)  # the one running now
+    _measured: int = field(default=0, init=False)  # segments measured
+    _trial_at: list[int] = field(default_factory=list, init=False)  # the segments trials ran in
+    _warm: bool = field(default=False, init=False)  # the running trial's persistent workers have started
+
+    def __post_init__(self) -> None:
+        self.current = self.start
+        self.tried.add(self.start)
+
+    # -- what the helper is asked -------------------------------------------
+
+    def wants_proposal(self) -> bool:
+        """A proposal could be tried at the next segment or the one after: worth asking the model now."""
+        return self.done is None and self._trial is None and self._next_trial_at() <= self._measured + 1
+
+    def noise(self, setting: Setting) -> float:
+        """A setting's own variation between its measured segments (NOISE_FLOOR where fewer than two)."""
+        times = self._times.get(setting, [])
+        if len(times) < 2:
+            return NOISE_FLOOR
+        return max(NOISE_FLOOR, (max(times) - min(times)) / min(times))
+
+    # -- decisions ----------------------------------------------------------
+
+    def next_setting(self, proposal: Proposal | None) -> tuple[Setting, Proposal | None]:
+        """The setting the next segment runs at, and the proposal it tries (None: no trial)."""
+        if self._trial is not None:
+            return self._trial.setting, self._trial  # its second segment: persistent workers, warm
+        if self.done is not None or self._next_trial_at() > self._measured:
+            return self.current, None
+        if proposal is None or proposal.baseline != self.current or proposal.setting in self.tried:
+            return self.current, None
+        if proposal.predicted <= 1.0 + self.noise(self.current):
+            self.done = (
+                f"no setting is predicted to beat {_describe(self.current)} by more than its noise "
+                f"(best {proposal.predicted:.2f}x)"
+            )
+            return self.current, None
+        if self.fixed_workers and proposal.setting.num_workers != self.current.num_workers:
+            return self.current, None  # the helper was told; a stale proposal
+        self._trial = proposal
+        self._trial_at.append(self._measured)
+        self.tried.add(proposal.setting)
+        return proposal.setting, proposal
+
+    def nothing_pays(self, why: str) -> None:
+        """The model found no untried setting above 1.0: tuning ends with the current setting."""
+        if self.done is None and self._trial is None:
+            self.done = why
+
+    def measured(self, segment: Segment, setting: Setting) -> Trial | None:
+        """A segment ended at ``setting``: its time is kept, and a trial decided."""
+        self._measured += 1
+        if self._trial is not None and setting.persistent_workers and not self._warm:
+            self._warm = True  # its workers started in this one: judged on the next
+            return None
+        proposal, self._trial, self._warm = self._trial, None, False
+        if proposal is None or setting != proposal.setting:
+            self._times.setdefault(setting, []).append(segment.per_batch_s)
+            return None
+        base = self._times.get(self.current, [])[-3:]
+        before = statistics.median(base) if base else segment.per_batch_s
+        speedup = before / max(segment.per_batch_s, 1e-12)
+        noise = self.noise(self.current)
+        kept = speedup > 1.0 + noise
+        if kept:
+            why = f"measured {speedup:.2f}x, more than the {noise:.0%} variation of {_describe(self.current)}"
+        elif speedup >= 1.0:
+            why = f"measured {speedup:.2f}x, within the {noise:.0%} variation of {_describe(self.current)}"
+        else:
+            why = f"measured {speedup:.2f}x: slower than {_describe(self.current)}"
+        trial = Trial(
+            epoch=segment.epoch,
+            start_idx=segment.start_idx,
+            batches=segment.batches,
+            started_at=segment.started_at,
+            ended_at=segment.ended_at,
+            setting=setting,
+            baseline=self.current,
+            proposal=proposal,
+            measured=speedup,
+            noise=noise,
+            kept=kept,
+            why=why,
+        )
+        self.trials.append(trial)
+        if kept:
+            self.current = setting
+            self._times.setdefault(setting, []).append(segment.per_batch_s)
+        if len(self.trials) >= MAX_TRIALS and self.done is None:
+            self.done = f"{MAX_TRIALS} trials made"
+        return trial
+
+    def _next_trial_at(self) -> int:
+        """The first segment (a count of measured ones) a trial may run in."""
+        return self._trial_at[-1] + max(1, self.every) if self._trial_at else BASELINE_EPOCHS
+
+    # -- the result -----------------------------------------------------------
+
+    def measured_speedup(self) -> float | None:
+        """The start setting's median seconds a batch over the current one's: None where either is unmeasured."""
+        start, now = self._times.get(self.start), self._times.get(self.current)
+        if not start or not now:
+            return None
+        return statistics.median(start) / max(statistics.median(now), 1e-12)
+
+    def summary(self) -> str | None:
+        """The line printed at the end of a tuned run (the report's ``tuned``), or None where nothing was kept."""
+        speedup = self.measured_speedup()
+        if self.current == self.start or speedup is None:
+            return None
+        return line(dataclasses.asdict(self.start), dataclasses.asdict(self.current), speedup)
+
+
+def _describe(setting: Setting) -> str:
+    parts = [f"num_workers={setting.num_workers}"]
+    if setting.num_workers:
+        parts.append(f"prefetch_factor={setting.prefetch_factor}")
+        if setting.persistent_workers:
+            parts.append("persistent_workers=True")
+    if setting.pin_memory:
+        parts.append("pin_memory=True")
+    parts.append(f"{setting.threads} threads")
+    return ", ".join(parts)

@@ -1,0 +1,69 @@
+"""In the tuner's helper: the setting to try next, chosen by the one prediction model from the run so far."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from typing import Any
+
+from collector.diagnosis import rules_memory
+from collector.diagnosis.build import build_model
+from collector.diagnosis.choose import candidates, choose
+from collector.diagnosis.data import load_run
+from collector.diagnosis.model import Setting
+from collector.diagnosis.stats import measure
+from collector.store.reader import Reader
+
+SETTLE_TIMEOUT_S = 10.0  # how long the epoch just measured may take to reach the file
+POLL_S = 0.05
+
+
+def propose(
+    db: str, run_id: int, current: Setting, tried: list[Setting], *, fixed_workers: bool, epoch: int | None = None
+) -> dict[str, Any]:
+    """{"baseline", "setting", "predicted", "low", "high"}, or {"none": why}.
+
+    The model is built from the run's epochs at ``current`` (the setting the
+    tuner has settled on: collector/diagnosis/data.py), once ``epoch`` has
+    reached the file. The candidates are the diagnosis's own (``candidates``),
+    less those tried and, for an IterableDataset, those with another worker
+    count; ``choose`` picks among them and ``current``, as for the report's
+    recommendation, so no change wins where nothing is clearly better.
+    """
+    reader = Reader(db)
+    if epoch is not None:
+        _wait_for_epoch(reader, run_id, epoch)
+    data = load_run(reader, run_id, live=True)
+    facts = measure(data)
+    worker_bytes = rules_memory.worker_private_bytes(data.procs)
+    if worker_bytes is None and facts.num_workers == 0:
+        worker_bytes = rules_memory.main_rss_bytes(data.procs)  # a forked worker copies at most this
+    model = build_model(facts, worker_bytes=worker_bytes)
+    if model is None:
+        return {"none": "loading was not timed, so no setting can be predicted"}
+    done = set(tried)
+    allowed = [
+        s for s in candidates(model) if s not in done and not (fixed_workers and s.num_workers != current.num_workers)
+    ]
+    if not allowed:
+        return {"none": "every setting worth trying was tried"}
+    chosen, _ = choose(model, [current, *allowed])
+    if chosen.setting == current or not chosen.changes or chosen.speedup <= 1.0:
+        return {"none": f"no untried setting is predicted to beat the current one (best {chosen.speedup:.2f}x)"}
+    return {
+        "baseline": asdict(current),
+        "setting": asdict(chosen.setting),
+        "predicted": chosen.speedup,
+        "low": chosen.low,
+        "high": chosen.high,
+    }
+
+
+def _wait_for_epoch(reader: Reader, run_id: int, epoch: int) -> None:
+    """Until the epoch's end row is in the file (the writer flushes every 0.2 s), or SETTLE_TIMEOUT_S."""
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    while time.monotonic() < deadline:
+        ended = reader.scalar("SELECT ended_at FROM epochs WHERE run_id = ? AND epoch = ?", (run_id, epoch))
+        if ended is not None:
+            return
+        time.sleep(POLL_S)

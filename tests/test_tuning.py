@@ -1,0 +1,197 @@
+"""Live tuning: the policy's decisions, the loader put at a setting, and tuned runs of real loaders."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+import warnings
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
+
+from collector import watch
+from collector.diagnosis import diagnose
+from collector.diagnosis.model import Setting
+from collector.errors import CollectorWarning
+from collector.record import tuning
+from collector.record.tuning import apply, setting_of, tune_every
+from collector.tune.advisor import Advisor
+from collector.tune.policy import BASELINE_EPOCHS, NOISE_FLOOR, Policy, Proposal, Segment
+
+START = Setting(num_workers=0, threads=2, prefetch_factor=None)
+FOUR = START.but(num_workers=4)
+
+
+def seg(epoch: int, per_batch_s: float, batches: int = 100) -> Segment:
+    return Segment(epoch, 0, batches, per_batch_s * batches, float(epoch), float(epoch + 1))
+
+
+def proposal(setting: Setting, baseline: Setting = START, predicted: float = 2.0) -> Proposal:
+    return Proposal(baseline, setting, predicted, predicted * 0.8, predicted * 1.2)
+
+
+def run_epochs(policy: Policy, times: dict[Setting, float], offers: list[Proposal | None]) -> list[Setting]:
+    """Each epoch: the policy picks a setting from the offer, which then measures ``times[setting]``."""
+    used = []
+    for epoch, offer in enumerate(offers):
+        setting, _ = policy.next_setting(offer)
+        used.append(setting)
+        policy.measured(seg(epoch, times[setting]), setting)
+    return used
+
+
+def test_a_trial_waits_for_the_baseline_epochs_then_is_kept_when_it_measures_faster_than_the_noise():
+    policy = Policy(start=START)
+    offer = proposal(FOUR)
+    used = run_epochs(policy, {START: 0.010, FOUR: 0.004}, [offer] * 5)
+    assert used[:BASELINE_EPOCHS] == [START] * BASELINE_EPOCHS and used[BASELINE_EPOCHS:] == [FOUR] * 3
+    (trial,) = policy.trials
+    assert trial.kept and trial.measured == pytest.approx(2.5) and trial.epoch == BASELINE_EPOCHS
+    assert policy.current == FOUR
+    assert policy.summary() == (
+        "tuned: num_workers 0 -> 4: 2.5x measured; start there next time: DataLoader(..., num_workers=4)"
+    )
+
+
+def test_a_trial_within_the_settings_own_variation_is_reverted():
+    policy = Policy(start=START)
+    policy.measured(seg(0, 0.010), START)
+    policy.measured(seg(1, 0.0115), START)  # 15% apart: its noise
+    assert policy.noise(START) == pytest.approx(0.15)
+    setting, tried = policy.next_setting(proposal(FOUR))
+    assert setting == FOUR and tried is not None
+    trial = policy.measured(seg(2, 0.0098), FOUR)  # 1.10x: inside the noise
+    assert trial is not None and not trial.kept and "within the 15% variation" in trial.why
+    assert policy.current == START and policy.summary() is None
+
+
+def test_once_a_gain_is_kept_at_most_one_epoch_in_every_is_a_trial():
+    policy = Policy(start=START, every=4)
+    eight = START.but(num_workers=8)
+    offers: list[Proposal | None] = [proposal(FOUR)] * 3 + [proposal(eight, baseline=FOUR)] * 7
+    used = run_epochs(policy, {START: 0.01, FOUR: 0.004, eight: 0.0039}, offers)
+    trials = [i for i, s in enumerate(used) if s == eight]
+    assert trials == [2 + 4]  # the first trial at epoch 2, the next 4 epochs later; reverted, never again
+    assert policy.current == FOUR
+
+
+def test_a_reverted_trial_also_waits_for_the_budget_before_the_next():
+    policy = Policy(start=START, every=3)
+    two = START.but(num_workers=2)
+    offers = [proposal(two)] * 3 + [proposal(FOUR)] * 4
+    used = run_epochs(policy, {START: 0.01, two: 0.0125, FOUR: 0.004}, offers)
+    assert used == [START, START, two, START, START, FOUR, FOUR]
+
+
+def test_nothing_predicted_above_the_noise_ends_tuning_without_a_trial():
+    policy = Policy(start=START)
+    used = run_epochs(policy, {START: 0.01, FOUR: 0.001}, [proposal(FOUR, predicted=1.0 + NOISE_FLOOR / 2)] * 4)
+    assert used == [START] * 4 and not policy.trials and policy.done is not None
+    assert not policy.wants_proposal()
+
+
+def test_an_iterable_dataset_never_gets_another_worker_count():
+    policy = Policy(start=START, fixed_workers=True)
+    assert run_epochs(policy, {START: 0.01, FOUR: 0.001}, [proposal(FOUR)] * 4) == [START] * 4
+
+
+@pytest.mark.parametrize("value", [0, 1, -3, "yes", 2.5])
+def test_tune_takes_true_false_or_an_integer_of_at_least_two(value):
+    with pytest.raises(ValueError, match="tune must be True, False or an integer"):
+        tune_every(value)
+    assert tune_every(True) == 4 and tune_every(6) == 6 and tune_every(False) is None
+
+
+class Squares(Dataset):
+    def __init__(self, n: int = 64, sleep_s: float = 0.0) -> None:
+        self.n, self.sleep_s = n, sleep_s
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        if self.sleep_s:
+            time.sleep(self.sleep_s)
+        return torch.tensor([float(i)])
+
+
+def test_apply_puts_a_dataloader_at_a_setting_and_ends_persistent_workers_of_another():
+    loader = DataLoader(Squares(), batch_size=8, num_workers=2, persistent_workers=True)
+    list(loader)
+    old = loader._iterator
+    assert old is not None and old._workers_status
+    apply(loader, START.but(num_workers=0, threads=torch.get_num_threads()))
+    assert loader._iterator is None and not any(old._workers_status)
+    assert (loader.num_workers, loader.prefetch_factor, loader.persistent_workers) == (0, None, False)
+    assert next(b[:, 0].tolist() for b in loader) == list(map(float, range(8)))
+    apply(loader, setting_of(loader).but(num_workers=2, persistent_workers=True))
+    assert (loader.num_workers, loader.prefetch_factor, loader.persistent_workers) == (2, 2, True)
+    assert sum(len(b) for b in loader) == 64
+
+
+def order(db: str, tune: bool, epochs: int, sleep_s: float) -> tuple[list[list[float]], list[float]]:
+    loader = DataLoader(Squares(64, sleep_s), batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(7))
+    seen, times = [], []
+    with watch(loader, db=db, run="tuned" if tune else "plain", tune=tune) as watched:
+        for _ in range(epochs):
+            t0 = time.perf_counter()
+            for batch in watched:
+                seen.append(batch[:, 0].tolist())
+                time.sleep(0.001)
+            times.append(time.perf_counter() - t0)
+    return seen, times
+
+
+@pytest.mark.slow
+def test_a_starved_loader_tuned_live_gets_faster_with_the_same_samples_in_the_same_order(db_path, capsys):
+    """The held-out check's shape: num_workers=0 on an I/O-like dataset, 10 epochs."""
+    plain, _ = order(db_path, tune=False, epochs=12, sleep_s=0.006)
+    tuned, times = order(db_path, tune=True, epochs=12, sleep_s=0.006)
+    assert tuned == plain
+    assert max(times[-2:]) < 0.6 * min(times[:BASELINE_EPOCHS])
+    report = diagnose(db_path, "tuned").to_dict()
+    kept = [t for t in report["tuning"] if t["kept"]]
+    assert kept and kept[0]["measured_speedup"] > 1.2 and kept[0]["setting"]["num_workers"] > 0
+    assert {"epoch", "setting", "predicted_speedup", "measured_speedup", "kept"} <= set(kept[0])
+    assert report["tuned"].startswith("tuned: num_workers 0 -> ")
+    assert "stallwatch tuned: num_workers 0 -> " in capsys.readouterr().err
+    with sqlite3.connect(db_path) as conn:
+        rows = conn.execute("SELECT setting FROM epochs WHERE setting IS NOT NULL ORDER BY run_id, epoch")
+        settings = [json.loads(s) for (s,) in rows]
+    assert settings[-1]["num_workers"] == kept[-1]["setting"]["num_workers"]
+
+
+class Shards(IterableDataset):
+    def __iter__(self):
+        info = get_worker_info()
+        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        for i in range(worker, 48, workers):
+            time.sleep(0.002)
+            yield torch.tensor([float(i)])
+
+
+@pytest.mark.slow
+def test_an_iterable_datasets_samples_and_worker_count_are_untouched(db_path):
+    def epochs(tune: bool) -> tuple[list[list[float]], int]:
+        loader = DataLoader(Shards(), batch_size=4, num_workers=1)
+        with watch(loader, db=db_path, tune=tune) as watched:
+            seen = [batch[:, 0].tolist() for _ in range(6) for batch in watched]
+        return seen, loader.num_workers
+
+    assert epochs(True) == epochs(False)
+
+
+@pytest.mark.slow
+def test_a_failing_tuner_warns_once_and_training_goes_on_unchanged(db_path, monkeypatch):
+    monkeypatch.setattr(tuning, "Advisor", lambda: Advisor("import sys; sys.exit(3)"))
+    plain, _ = order(db_path, tune=False, epochs=4, sleep_s=0.0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tuned, _ = order(db_path, tune=True, epochs=4, sleep_s=0.0)
+    assert tuned == plain
+    stopped = [
+        w for w in caught if issubclass(w.category, CollectorWarning) and "live tuning stopped" in str(w.message)
+    ]
+    assert len(stopped) == 1
