@@ -17,6 +17,7 @@ from typing import Any
 from collector.errors import CollectorWarning
 from collector.record import frameworks
 from collector.record.family_patch import FamilyPatch
+from collector.record.live import LogFn
 from collector.record.origin import PACKAGE_DIR
 from collector.record.session import Session
 from collector.sample.sampler import Rates
@@ -80,6 +81,7 @@ class AutoWatch:
         tags: dict[str, Any] | None = None,
         loader_class: type | None = None,
         cwd: str | None = None,
+        log: LogFn | None = None,  # each run's figures, every window: NOTE [ Log on the monitor thread ]
     ) -> None:
         if loader_class is None:
             from torch.utils.data import DataLoader
@@ -90,6 +92,7 @@ class AutoWatch:
         self.tags = dict(tags or {})
         self.cls: Any = loader_class
         self.cwd = cwd or os.getcwd()
+        self.log = log
         self.sessions: list[tuple[str, Session]] = []  # (run name, session), in order of first iteration
         self._origins: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
         self._by_loader: weakref.WeakKeyDictionary[Any, Session] = weakref.WeakKeyDictionary()
@@ -214,8 +217,9 @@ class AutoWatch:
             if where.framework is not None:
                 tags["framework"] = where.framework
             try:
+                logs = {} if self.log is None else {"log": self.log}
                 session = Session(
-                    weak_loader(loader), self.db, name, self.rates, tags, iterate=iterate, stage=where.stage
+                    weak_loader(loader), self.db, name, self.rates, tags, iterate=iterate, stage=where.stage, **logs
                 )
             except Exception as exc:  # noqa: BLE001 - recording must never break the script
                 if not self._warned:
