@@ -46,8 +46,9 @@ def prepare_reading() -> None:
 class LiveLog:
     """Computes a run's figures every window and hands them to ``log``; ``latest`` keeps the newest."""
 
-    def __init__(self, log: LogFn, window_s: float = LOG_WINDOW_S) -> None:
+    def __init__(self, log: LogFn, window_s: float | None = None) -> None:
         check_log(log)
+        window_s = LOG_WINDOW_S if window_s is None else window_s  # read now: tests shorten it
         if not window_s > 0:
             raise ValueError(f"log_window_s must be > 0 seconds, got {window_s!r}")
         self.log = log

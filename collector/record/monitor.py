@@ -11,7 +11,7 @@ from typing import Any
 
 from collector.record.cuda_idle import cuda_active
 from collector.record.handover import EpochStarted, FirstBatch, Shared
-from collector.record.live import LOG_WINDOW_S, LiveLog, LogFn
+from collector.record.live import LiveLog, LogFn
 from collector.record.origin import user_frame, warn_at
 from collector.record.stride import adapt_stride
 from collector.sample.sampler import HostFactory, NvmlFactory, Rates
@@ -48,7 +48,7 @@ class Monitor(threading.Thread):
         cuda_in_use: Callable[[], bool] = cuda_active,
         origin: tuple[str, int] | None = None,
         log: LogFn | None = None,  # watch(log=...): NOTE [ Log on the monitor thread ] in collector/record/live.py
-        log_window_s: float = LOG_WINDOW_S,
+        log_window_s: float | None = None,  # None: LOG_WINDOW_S
     ) -> None:
         super().__init__(name="stallwatch-monitor", daemon=True)
         if (nvml_factory or host_factory) and not writer_in_process:
