@@ -61,11 +61,9 @@ class RunFigures:
         batches, wait_s, step_s = self._seen
         n = snap.batches - batches
         self._seen = (snap.batches, snap.wait_s, snap.step_s)
-        metrics = {
-            WAITING: float(snap.stall.stall_fraction),
-            WAIT_MS: (snap.wait_s - wait_s) / n * 1000.0,
-            STEP_MS: (snap.step_s - step_s) / n * 1000.0,
-        }
+        metrics = {WAIT_MS: (snap.wait_s - wait_s) / n * 1000.0, STEP_MS: (snap.step_s - step_s) / n * 1000.0}
+        if snap.stall.batches >= 2:  # one batch has no stall fraction (window_stall gives 0.0): left out
+            metrics[WAITING] = float(snap.stall.stall_fraction)
         if snap.stall.ready_mean is not None:
             metrics[READY] = float(snap.stall.ready_mean)
         gpus = snap.gpu_util_pct
