@@ -108,7 +108,9 @@ def test_tensorboard_scalar_page_shows_the_stall_figures_beside_the_loss(tensorb
             for tag in ("loss", "stallwatch/waiting_for_data", "stallwatch/wait_ms", "stallwatch/step_ms"):
                 page.get_by_text(tag, exact=True).first.wait_for(timeout=RENDER_TIMEOUT_MS)
             page.get_by_text("Ignore outliers in chart scaling").click()  # every window's point in view
-            page.wait_for_function("document.querySelectorAll('canvas, svg path').length > 4", timeout=RENDER_TIMEOUT_MS)
+            page.wait_for_function(
+                "document.querySelectorAll('canvas, svg path').length > 4", timeout=RENDER_TIMEOUT_MS
+            )
             time.sleep(1.0)  # the line charts draw on the next frames, after their cards appear
             png = page.screenshot()
         finally:

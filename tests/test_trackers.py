@@ -38,7 +38,11 @@ def test_log_is_called_on_the_monitor_thread_every_window_with_the_run_figures(d
     assert {thread for _, _, thread in calls} == {"stallwatch-monitor"}  # never the loop's thread
     assert calls[-1][1] == 24  # the step: batches handed out so far
     metrics = calls[-1][0]
-    assert set(metrics) == {"stallwatch/waiting_for_data", "stallwatch/wait_ms", "stallwatch/step_ms"}  # no queue: no ready
+    assert set(metrics) == {
+        "stallwatch/waiting_for_data",
+        "stallwatch/wait_ms",
+        "stallwatch/step_ms",
+    }  # no queue: no ready
     assert 0.0 <= metrics["stallwatch/waiting_for_data"] <= 1.0 and metrics["stallwatch/wait_ms"] >= 3.0
 
 

@@ -217,7 +217,7 @@ class AutoWatch:
             if where.framework is not None:
                 tags["framework"] = where.framework
             try:
-                logs = {} if self.log is None else {"log": self.log}
+                logs: dict[str, Any] = {} if self.log is None else {"log": self.log}
                 session = Session(
                     weak_loader(loader), self.db, name, self.rates, tags, iterate=iterate, stage=where.stage, **logs
                 )
