@@ -14,7 +14,8 @@ ALLOWED = {
     "cli": {"sweep", "record", "writer", "sample", "store", "diagnosis", "export", "verdict", "report", "__init__"},
     "export": {"store", "diagnosis"},
     "sweep": {"record", "store", "diagnosis"},
-    "record": {"writer", "sample", "store", "tune"},
+    "record": {"writer", "sample", "store", "tune", "export"},
+    # watch(log=...) hands trackers the exporter's own figures (record/live.py reads them with export/live.py)
     # live tuning's decisions and its helper process, which runs the prediction model
     "tune": {"diagnosis", "store", "writer"},
     "writer": {"sample", "store"},

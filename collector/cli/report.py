@@ -65,7 +65,25 @@ def _main(args: argparse.Namespace) -> int:
         print(f"stallwatch: cannot diagnose {args.db}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        print(json.dumps(report.to_dict(), indent=2, default=str) if args.json else render(report), flush=True)
+        print(
+            json.dumps(report.to_dict(), indent=2, default=str)
+            if args.json
+            else with_resume(render(report), report.run, args.db),
+            flush=True,
+        )
     except BrokenPipeError:  # `report ... | head`: the reader left; not an error
         sys.stderr.close()
     return 0
+
+
+def with_resume(text: str, run: dict[str, Any], db: str) -> str:
+    """The report with a line after its first saying the run resumed from a saved state (NOTE [ Resumed runs ])."""
+    from collector.store.reader import Reader
+
+    runs = Reader(db).runs()
+    stored = runs[runs["id"] == run.get("id")]["warnings"].tolist()
+    notes = [w for w in (stored[0] if stored else []) if isinstance(w, str) and "resumed mid-epoch" in w]
+    if not notes and not (run.get("config") or {}).get("resumed"):
+        return text
+    head, _, rest = text.partition("\n")
+    return f"{head}\nresumed: {'; '.join(notes) or 'the first epoch resumed mid-epoch from a saved state_dict'}\n{rest}"

@@ -17,6 +17,7 @@ from typing import Any
 from collector.errors import CollectorWarning
 from collector.record import frameworks
 from collector.record.family_patch import FamilyPatch
+from collector.record.live import LogFn
 from collector.record.origin import PACKAGE_DIR
 from collector.record.session import Session
 from collector.sample.sampler import Rates
@@ -81,6 +82,7 @@ class AutoWatch:
         loader_class: type | None = None,
         cwd: str | None = None,
         tune: int | None = None,  # live tuning of every loader it records: see collector/record/tuning.py
+        log: LogFn | None = None,  # each run's figures, every window: NOTE [ Log on the monitor thread ]
     ) -> None:
         if loader_class is None:
             from torch.utils.data import DataLoader
@@ -92,6 +94,7 @@ class AutoWatch:
         self.cls: Any = loader_class
         self.cwd = cwd or os.getcwd()
         self.tune = tune
+        self.log = log
         self.sessions: list[tuple[str, Session]] = []  # (run name, session), in order of first iteration
         self._origins: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
         self._by_loader: weakref.WeakKeyDictionary[Any, Session] = weakref.WeakKeyDictionary()
@@ -216,6 +219,7 @@ class AutoWatch:
             if where.framework is not None:
                 tags["framework"] = where.framework
             try:
+                logs: dict[str, Any] = {} if self.log is None else {"log": self.log}
                 session = Session(
                     weak_loader(loader),
                     self.db,
@@ -225,6 +229,7 @@ class AutoWatch:
                     iterate=iterate,
                     stage=where.stage,
                     tune=self.tune,
+                    **logs,
                 )
             except Exception as exc:  # noqa: BLE001 - recording must never break the script
                 if not self._warned:

@@ -11,20 +11,12 @@ from typing import Any
 
 from collector.record.cuda_idle import cuda_active
 from collector.record.handover import EpochStarted, FirstBatch, Shared
+from collector.record.live import LiveLog, LogFn
 from collector.record.origin import user_frame, warn_at
 from collector.record.stride import adapt_stride
 from collector.sample.sampler import HostFactory, NvmlFactory, Rates
 from collector.writer.batch_records import EPOCH, IDX, PAIR_BYTES
-from collector.writer.frames import (
-    EpochRow,
-    Flush,
-    Open,
-    Reply,
-    RunCreated,
-    RunStart,
-    Unwritten,
-    Warned,
-)
+from collector.writer.frames import EpochRow, Flush, Open, Reply, RunCreated, RunStart, Unwritten, Warned
 from collector.writer.link import launch
 from collector.writer.supervisor import RESTART_MIN_S, Supervisor
 
@@ -55,6 +47,8 @@ class Monitor(threading.Thread):
         writer_in_process: bool = False,
         cuda_in_use: Callable[[], bool] = cuda_active,
         origin: tuple[str, int] | None = None,
+        log: LogFn | None = None,  # watch(log=...): NOTE [ Log on the monitor thread ] in collector/record/live.py
+        log_window_s: float | None = None,  # None: LOG_WINDOW_S
     ) -> None:
         super().__init__(name="stallwatch-monitor", daemon=True)
         if (nvml_factory or host_factory) and not writer_in_process:
@@ -88,6 +82,7 @@ class Monitor(threading.Thread):
         self._due = {"flush": 0.0, "beat": 0.0}
         self.final_status: tuple[str, str | None] | None = None
         self._final: Flush | None = None
+        self.live = None if log is None else LiveLog(log, log_window_s)
 
     # -- warnings -----------------------------------------------------------
 
@@ -145,6 +140,8 @@ class Monitor(threading.Thread):
             if stopping:
                 break
         self._close()
+        if self.live is not None:  # the run's last figures, once the writer has written its end
+            self.live.tick(self.db_path, self.run_id, self.warn, final=True)
 
     def _open(self) -> None:
         self._handle(self._writer.connect(self._nvml_factory, self._host_factory))
@@ -189,6 +186,8 @@ class Monitor(threading.Thread):
             due["flush"] = now + FLUSH_INTERVAL_S
             if now >= due["beat"]:
                 due["beat"] = now + HEARTBEAT_INTERVAL_S
+            if self.live is not None and not final:
+                self.live.tick(self.db_path, self.run_id, self.warn)
 
     @property
     def dropped(self) -> int:

@@ -90,11 +90,31 @@ def loader_config(loader: Any) -> dict[str, Any]:
     except TypeError:
         config["dataset_len"] = None
     config["loader"] = type(loader).__name__
+    config["resumed"] = resumes(loader)
     try:
         config["batches_per_epoch"] = len(loader)
     except TypeError:
         config["batches_per_epoch"] = None
     return config
+
+
+# NOTE [ Resumed runs ]
+# torchdata's StatefulDataLoader and torchdata.nodes.Loader keep the state
+# given to load_state_dict() until their next iter(), which starts from it,
+# mid-epoch. A run whose first epoch starts so is stored with
+# config.resumed = true (``report`` says so); any later epoch that resumes
+# adds a note to the run's warnings. Its batches are numbered from 0 at the
+# resume point: the epoch's first batches are the loader's restart, not the
+# data's start.
+_SAVED_STATE = ("next_iter_state", "_next_iter_state_dict")  # StatefulDataLoader, torchdata.nodes.Loader
+
+
+def resumes(loader: Any) -> bool:
+    """Whether the loader's next iter() resumes from a state_dict given to load_state_dict (NOTE [ Resumed runs ])."""
+    try:
+        return any(getattr(loader, name, None) is not None for name in _SAVED_STATE)
+    except ReferenceError:  # a weak stand-in whose loader is gone
+        return False
 
 
 def _shuffled(sampler: Any, own_batches: bool, iterable: bool) -> bool | None:

@@ -8,6 +8,7 @@ from typing import Any
 
 from collector.errors import CollectorWarning
 from collector.record import autowatch
+from collector.record.live import keep_only, prepare_reading
 from collector.record.runinfo import job_start
 from collector.record.tuning import tune_every
 from collector.sample.sampler import Rates
@@ -31,6 +32,7 @@ class Scoped:
         tags: dict[str, Any],
         keep_batches: int | None = DEFAULT_KEEP_BATCHES,
         tune: bool | int = False,
+        log: bool = False,
     ) -> None:
         path = os.fspath(db) if db is not None else default_db_path()
         if os.path.isdir(path):
@@ -40,6 +42,11 @@ class Scoped:
         self.tags = dict(tags)
         self.tune = tune_every(tune)  # bad values raise here, in the callback's constructor
         self.auto: autowatch.AutoWatch | None = None
+        self.log = log  # keep each run's figures for the callback to log: figures()
+        self._logged: dict[int, int] = {}  # id(session) -> figures already handed out
+        self._ended: list[Any] = []  # the sessions the last finish() closed
+        if log:
+            prepare_reading()  # NOTE [ Log on the monitor thread ] in collector/record/live.py
         os.environ.update(job_start(os.environ))
 
     def start(self) -> None:
@@ -47,7 +54,9 @@ class Scoped:
         if self.auto is not None or autowatch.active is not None:
             return
         try:
-            self.auto = autowatch.AutoWatch(self.db, self.rates, tags=self.tags, tune=self.tune)
+            self.auto = autowatch.AutoWatch(
+                self.db, self.rates, tags=self.tags, tune=self.tune, log=keep_only if self.log else None
+            )
             self.auto.install()
         except Exception as exc:  # noqa: BLE001 - a callback must never stop training
             self.auto = None
@@ -58,6 +67,7 @@ class Scoped:
         auto = self.auto
         if auto is None:
             return []
+        self._ended = [session for _, session in auto.sessions]  # their last figures: figures()
         try:
             if uninstall:
                 auto.uninstall()
@@ -68,3 +78,17 @@ class Scoped:
                 f"stallwatch: closing the runs failed: {type(exc).__name__}: {exc}", CollectorWarning, stacklevel=2
             )
             return []
+
+    def figures(self, stage: str = "train", *, new_only: bool = True) -> dict[str, float] | None:
+        """The newest figures of the newest run of ``stage`` (NOTE [ Tracker figures ]); None: none (new) yet."""
+        sessions = self._ended + ([] if self.auto is None else [session for _, session in self.auto.sessions])
+        for session in reversed(sessions):
+            live = session.monitor.live
+            if live is None or session.stage != stage:
+                continue
+            latest, count = live.newest()
+            if latest is None or (new_only and self._logged.get(id(session)) == count):
+                return None
+            self._logged[id(session)] = count
+            return dict(latest.metrics)
+        return None

@@ -20,7 +20,7 @@ from collector.record.handover import BUFFER_RECORDS, EpochStarted, Shared
 from collector.record.load_clock import LoadClock
 from collector.record.monitor import Monitor
 from collector.record.plain_loop import plain_loop
-from collector.record.runinfo import command_line, distributed, job_id, loader_config, versions
+from collector.record.runinfo import command_line, distributed, job_id, loader_config, resumes, versions
 from collector.record.tuning import LiveTuner, TunedEvents
 from collector.record.worker_timing import TimingRings, WorkerHook
 from collector.sample.host import host_facts
@@ -49,6 +49,7 @@ class Session:
         **monitor_kwargs: Any,
     ) -> None:
         self.loader = loader
+        self.stage = stage
         self._iterate = iterate  # `collector run` passes DataLoader's original __iter__
         self.shared = Shared(
             records={shape: deque(maxlen=BUFFER_RECORDS) for shape in ("queue", "sampled", "described")},
@@ -131,6 +132,8 @@ class Session:
         epoch = self._epoch
         self._epoch += 1
         t_start = time.perf_counter_ns() if called_ns is None else called_ns
+        if resumes(self.loader):  # NOTE [ Resumed runs ] in collector/record/runinfo.py
+            self.monitor.note(f"resumed-{epoch}", f"epoch {epoch} resumed mid-epoch from a saved state_dict")
         setting = None if self.tuner is None else self.tuner.before_epoch(epoch, t_start, self._wall_of(t_start))
         try:
             it, iter_ns = self._open_iterator()

@@ -10,6 +10,7 @@ from collections.abc import Iterator, Mapping
 from types import TracebackType
 from typing import Any, NoReturn
 
+from collector.record.live import LogFn, check_log, prepare_reading
 from collector.record.origin import user_frame
 from collector.record.runinfo import generated_name
 from collector.record.session import READY_TIMEOUT_S, Session
@@ -198,7 +199,7 @@ def _is_dataloader_class(cls: type) -> bool:
     return data is not None and issubclass(cls, data.DataLoader)
 
 
-WATCH_KEYWORDS = ("db", "run", "gpu_hz", "host_hz", "tags", "keep_batches", "tune")
+WATCH_KEYWORDS = ("db", "run", "gpu_hz", "host_hz", "tags", "keep_batches", "tune", "log")
 
 
 def watch(
@@ -211,6 +212,7 @@ def watch(
     tags: Mapping[str, Any] | None = None,
     keep_batches: int | None = DEFAULT_KEEP_BATCHES,
     tune: bool | int = False,
+    log: LogFn | None = None,
     **unknown: NoReturn,
 ) -> WatchedLoader:
     """Wrap ``loader`` so every batch's wait is recorded into a SQLite file.
@@ -226,11 +228,23 @@ def watch(
     integer N >= 2 also spends at most one epoch in N on a trial (4 by
     default). Bad arguments raise here; nothing the collector does later ever
     raises into the loop.
+
+    ``log`` sends the run's figures to an experiment tracker: every 5 seconds
+    while batches arrive, and once when the run ends, stallwatch calls
+    ``log(metrics, step)`` from its own thread, never the loop's, with
+    ``metrics`` a dict of floats (``stallwatch/waiting_for_data``,
+    ``stallwatch/wait_ms``, ``stallwatch/step_ms``, ``stallwatch/batches_ready``
+    and ``stallwatch/gpu_util_pct`` where sampled) and ``step`` the batches
+    handed out so far. A ``log`` that raises is warned about once and not
+    called again. For example ``log=lambda m, step: wandb.log(m, step=step)``;
+    see docs/trackers.md.
     """
     if unknown:
         raise TypeError(unknown_keywords("watch", unknown, WATCH_KEYWORDS))
     every = tune_every(tune)
     extra: dict[str, Any] = {"tune": every} if every else {}
+    if log is not None:
+        extra["log"] = log
     return watch_with(loader, db, run, gpu_hz=gpu_hz, host_hz=host_hz, tags=tags, keep_batches=keep_batches, **extra)
 
 
@@ -279,6 +293,9 @@ def watch_with(
         raise TypeError(
             f"tags must be a mapping of names to values, e.g. tags={{'lr': 0.1}}, got {type(tags).__name__}"
         )
+    if session_kwargs.get("log") is not None:
+        check_log(session_kwargs["log"])
+        prepare_reading()  # NOTE [ Log on the monitor thread ] in collector/record/live.py
     name = run if run is not None else generated_name(int(time.time() * 1000) ^ os.getpid())
     spec = _Spec(path, name, rates, dict(tags or {}), session_kwargs)
     if _is_dataloader_class(type(loader)):
@@ -291,5 +308,12 @@ def watch_with(
             f"{type(loader).__name__} iterates its own generator around a DataLoader, so worker and queue fields "
             "are not recorded: record it with `python -m collector run` or the Hugging Face callback "
             "(collector.hf.StallwatchCallback), which record the DataLoader inside it",
+        )
+    if type(loader).__module__.startswith("torchdata.nodes"):
+        session.monitor.note(
+            "nodes-fields",
+            f"{type(loader).__name__} (torchdata.nodes) runs its workers as threads inside its node graph, where "
+            "no queue is exposed: queue depth (ready, in_flight) and worker fields (worker_id, worker_pid, the "
+            "workers' fetch timings) are not recorded; batches, waits and steps are",
         )
     return _WatchedIterable(loader, session)

@@ -80,6 +80,14 @@ def exported_runs(conn: sqlite3.Connection, ended_after: float) -> list[dict[str
     return [dict(zip(RUN_COLUMNS, row, strict=True)) for row in cur.fetchall()]
 
 
+def exported_run(conn: sqlite3.Connection, run_id: int) -> dict[str, Any] | None:
+    """One run's row, as ``exported_runs`` gives it; None where it is not in the file."""
+    present = columns_of(conn, "runs")
+    select = ", ".join(c if c in present else f"{_literal(RUN_DEFAULTS.get(c))} AS {c}" for c in RUN_COLUMNS)
+    row = conn.execute(f"SELECT {select} FROM runs WHERE id = ?", (run_id,)).fetchone()
+    return None if row is None else dict(zip(RUN_COLUMNS, row, strict=True))
+
+
 def _literal(value: object) -> str:
     return "NULL" if value is None else repr(value)
 

@@ -144,11 +144,16 @@ def print_verdict_text(
     helper: VerdictHelper | None, db: str, runs: Runs, out: TextIO, launch: str | None = None
 ) -> None:
     """Print the verdict: the helper's text where it is ready, else the same text computed here. Ends the helper."""
+    out.write(verdict_text_of(helper, db, runs, launch))
+    out.flush()
+
+
+def verdict_text_of(helper: VerdictHelper | None, db: str, runs: Runs, launch: str | None = None) -> str:
+    """The verdict's text: the helper's where it is ready, else computed here. Ends the helper."""
     from collector.verdict.printing import verdict_text
 
     text = None if helper is None else helper.text(db, runs, launch)
-    out.write(verdict_text(db, runs, launch=launch) if text is None else text)
-    out.flush()
+    return verdict_text(db, runs, launch=launch) if text is None else text
 
 
 def prints_verdict(environ: dict[str, str] | os._Environ[str] = os.environ) -> bool:
