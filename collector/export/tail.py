@@ -11,6 +11,7 @@ import numpy as np
 
 from collector.export.stall import Window, WindowStall, window_stall
 from collector.store import export_queries as q
+from collector.store.tuning_queries import loader_setting
 
 # Bucket bounds of the wait histogram, in seconds: from a ready batch's
 # hand-off (well under a millisecond) to a worker start-up (seconds).
@@ -257,5 +258,5 @@ class RunTail:
             gpu_util_pct=q.gpu_utilisation(conn, self.run_id, since),
             dropped_records=int(row.get("dropped_records") or 0),
             dropped_samples=int(row.get("dropped_samples") or 0),
-            setting=setting_of(info, q.loader_setting(conn, self.run_id)),
+            setting=setting_of(info, loader_setting(conn, self.run_id)),
         )

@@ -199,6 +199,11 @@ def _is_dataloader_class(cls: type) -> bool:
     return data is not None and issubclass(cls, data.DataLoader)
 
 
+NODES_NOTE = (
+    "{name} (torchdata.nodes) runs its workers as threads inside its node graph, where no queue is exposed: queue "
+    "depth (ready, in_flight) and worker fields (worker_id, worker_pid, the workers' fetch timings) are not recorded"
+    "; batches, waits and steps are"
+)
 WATCH_KEYWORDS = ("db", "run", "gpu_hz", "host_hz", "tags", "keep_batches", "tune", "log")
 
 
@@ -220,31 +225,21 @@ def watch(
     ``db`` defaults to ``$STALLWATCH_DB`` or ``stallwatch.sqlite`` in the working
     directory; ``run`` to a generated readable name. ``gpu_hz`` and ``host_hz``
     set the background sampling rates (0 turns one off); ``tags`` are stored
-    with the run. ``keep_batches`` bounds the file: per-batch rows are kept for
-    the newest that many batches and the first epoch, older ones folded into
-    per-second rollups (None keeps every row; see docs/long-runs.md).
-    ``tune=True`` tries the prediction model's advice on the running loader,
-    an epoch at a time, and keeps what measures faster (docs/tuning.md); an
-    integer N >= 2 also spends at most one epoch in N on a trial (4 by
-    default). Bad arguments raise here; nothing the collector does later ever
-    raises into the loop.
+    with the run. ``keep_batches``: rows kept, the newest and the first epoch's;
+    older ones fold into rollups (None: all; docs/long-runs.md). ``tune=True``
+    tries the model's advice live and keeps what measures faster; N >= 2: at
+    most one epoch in N on a trial (docs/tuning.md). Bad arguments raise here;
+    nothing the collector does later ever raises into the loop.
 
-    ``log`` sends the run's figures to an experiment tracker: every 5 seconds
-    while batches arrive, and once when the run ends, stallwatch calls
-    ``log(metrics, step)`` from its own thread, never the loop's, with
-    ``metrics`` a dict of floats (``stallwatch/waiting_for_data``,
-    ``stallwatch/wait_ms``, ``stallwatch/step_ms``, ``stallwatch/batches_ready``
-    and ``stallwatch/gpu_util_pct`` where sampled) and ``step`` the batches
-    handed out so far. A ``log`` that raises is warned about once and not
-    called again. For example ``log=lambda m, step: wandb.log(m, step=step)``;
-    see docs/trackers.md.
+    ``log(metrics, step)`` gets the run's figures every 5 s and at its end, from
+    stallwatch's thread (``stallwatch/waiting_for_data``, ``wait_ms``, ...; step:
+    batches so far); one that raises is warned about once and dropped. E.g.
+    ``log=lambda m, step: wandb.log(m, step=step)``: docs/trackers.md.
     """
     if unknown:
         raise TypeError(unknown_keywords("watch", unknown, WATCH_KEYWORDS))
     every = tune_every(tune)
-    extra: dict[str, Any] = {"tune": every} if every else {}
-    if log is not None:
-        extra["log"] = log
+    extra: dict[str, Any] = {k: v for k, v in (("tune", every), ("log", log)) if v}
     return watch_with(loader, db, run, gpu_hz=gpu_hz, host_hz=host_hz, tags=tags, keep_batches=keep_batches, **extra)
 
 
@@ -310,10 +305,5 @@ def watch_with(
             "(collector.hf.StallwatchCallback), which record the DataLoader inside it",
         )
     if type(loader).__module__.startswith("torchdata.nodes"):
-        session.monitor.note(
-            "nodes-fields",
-            f"{type(loader).__name__} (torchdata.nodes) runs its workers as threads inside its node graph, where "
-            "no queue is exposed: queue depth (ready, in_flight) and worker fields (worker_id, worker_pid, the "
-            "workers' fetch timings) are not recorded; batches, waits and steps are",
-        )
+        session.monitor.note("nodes-fields", NODES_NOTE.format(name=type(loader).__name__))
     return _WatchedIterable(loader, session)

@@ -19,8 +19,7 @@ BUSY_TIMEOUT_MS = 5_000
 
 Row = Sequence[Any]
 
-# an epochs row: run_id, epoch, started_at, ended_at, first_batch_s, batches, worker_pids, end_wait_s, collector_s,
-# setting
+# an epochs row: run_id, epoch, started_at, ended_at, first_batch_s, batches, worker_pids, end_wait_s, collector_s, setting
 EPOCH_FIELDS = 10
 
 

@@ -7,7 +7,6 @@ the size of the run. See NOTE [ Export cursor ].
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -217,19 +216,6 @@ def epoch_starts(conn: sqlite3.Connection, run_id: int, from_epoch: int) -> dict
     except sqlite3.OperationalError:  # a file from before schema 4: NOTE [ Schema versions ]
         rows = conn.execute(sql.format(own="0.0"), (run_id, from_epoch)).fetchall()
     return {int(e): (float(s), None if f is None else float(f)) for e, s, f in rows}
-
-
-def loader_setting(conn: sqlite3.Connection, run_id: int) -> dict[str, Any] | None:
-    """A tuned run's setting now: its newest epoch's (NOTE [ Live tuning ]); None untuned or before schema 6."""
-    if "setting" not in columns_of(conn, "epochs"):
-        return None
-    row = conn.execute(
-        "SELECT setting FROM epochs WHERE run_id = ? AND setting IS NOT NULL ORDER BY epoch DESC LIMIT 1", (run_id,)
-    ).fetchone()
-    if row is None:
-        return None
-    value = json.loads(row[0])
-    return value if isinstance(value, dict) else None
 
 
 def gpu_utilisation(conn: sqlite3.Connection, run_id: int, since_ts: float) -> dict[int, float]:
