@@ -13,7 +13,14 @@ process: untuned, tuned, and at each static setting of a small grid. Printed per
 
 ``--hog`` runs a CPU hog (one busy process a core) beside every run.
 
+``--long S`` measures a long epoch instead (NOTE [ Windows of a long epoch ]): each pipeline's
+dataset is stretched to one epoch of about S seconds at its own setting, tuned in windows, against
+the grid's best static seconds a batch (from short epochs). Printed: the tuned rate in each minute
+over the best static's (target >= 0.90 by minute 5), and minutes 10% or more slower than the
+untuned rate.
+
     python bench/bench_tune.py --pipelines starved,cpu,photo --epochs 10 [--hog]
+    python bench/bench_tune.py --pipelines starved --long 420
 """
 
 from __future__ import annotations
@@ -65,7 +72,9 @@ def child(args: argparse.Namespace) -> None:
 
         spec = SCENARIOS[args.pipeline]
         dataset, kwargs, step_s = spec.make_dataset(), dict(spec.loader_kwargs), spec.step_s
-        if args.pipeline != "epoch-stall":
+        if args.long:
+            dataset = torch.utils.data.Subset(dataset, [i % len(dataset) for i in range(int(args.long))])  # type: ignore[arg-type]
+        elif args.pipeline != "epoch-stall":
             dataset = torch.utils.data.Subset(dataset, range(1024))
         torch.set_num_threads(1)
         model = torch.nn.Linear(256, 10)
@@ -76,7 +85,7 @@ def child(args: argparse.Namespace) -> None:
     loader = DataLoader(dataset, shuffle=True, generator=torch.Generator().manual_seed(1), **kwargs)
     optimiser = torch.optim.SGD(model.parameters(), lr=0.01)
     watched = watch(loader, db=args.db, run=args.run, tune=bool(args.tune))
-    times = []
+    times, stamps = [], []
     for _ in range(args.epochs):
         t0 = time.perf_counter()
         for x, y in watched:
@@ -86,14 +95,18 @@ def child(args: argparse.Namespace) -> None:
             optimiser.step()
             if step_s:
                 time.sleep(step_s)
+            stamps.append(time.perf_counter() - t0)
         times.append(time.perf_counter() - t0)
     watched.close()
-    print(json.dumps(times))
+    print(json.dumps({"times": times, "stamps": stamps if args.long else []}))
 
 
-def run_one(args: argparse.Namespace, pipeline: str, db: str, run: str, extra: list[str]) -> tuple[list[float], float]:
-    """A child run: (its epoch seconds, other processes' CPU in cores meanwhile)."""
-    cmd = [sys.executable, __file__, "--child", pipeline, "--epochs", str(args.epochs), "--db", db, "--run", run]
+def run_one(
+    args: argparse.Namespace, pipeline: str, db: str, run: str, extra: list[str], epochs: int | None = None
+) -> tuple[dict[str, list[float]], float]:
+    """A child run: ({"times": epoch seconds, "stamps": each batch's seconds into its epoch}, others' CPU in cores)."""
+    epochs = args.epochs if epochs is None else epochs
+    cmd = [sys.executable, __file__, "--child", pipeline, "--epochs", str(epochs), "--db", db, "--run", run]
     t0, busy0 = time.monotonic(), _cpu_busy_s()
     proc = subprocess.Popen([*cmd, *extra], stdout=subprocess.PIPE, text=True)
     ours = _tree_cpu_s(proc)
@@ -126,6 +139,7 @@ def main() -> None:
     parser.add_argument("--pipelines", default="starved,cpu,oversubscribed,epoch-stall,healthy,photo")
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--hog", action="store_true", help="a CPU hog on every core beside each run")
+    parser.add_argument("--long", type=float, default=0, help="one long epoch of about this many seconds")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--db", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--run", default="bench", help=argparse.SUPPRESS)
@@ -145,28 +159,37 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             for pipeline in args.pipelines.split(","):
-                _bench(args, pipeline, str(Path(tmp) / f"{pipeline}.sqlite"))
+                bench = _bench_long if args.long else _bench
+                bench(args, pipeline, str(Path(tmp) / f"{pipeline}.sqlite"))
     finally:
         stop.set()
         for h in hogs:
             h.join()
 
 
-def _bench(args: argparse.Namespace, pipeline: str, db: str) -> None:
-    untuned, o1 = run_one(args, pipeline, db, "untuned", [])
-    tuned, o2 = run_one(args, pipeline, db, "tuned", ["--tune", "1"])
+def _grid(args: argparse.Namespace, pipeline: str, db: str, others: list[float], epochs: int | None = None) -> Any:
+    """Each static setting's median epoch after the first, in seconds: {(workers, persistent): s}."""
     grid = {}
-    others = [o1, o2]
     for workers, persistent in GRID["default"]:
-        times, o = run_one(
+        out, o = run_one(
             args,
             pipeline,
             db,
             f"static-{workers}-{persistent}",
             ["--workers", str(workers), "--persistent", str(int(persistent))],
+            epochs,
         )
-        grid[(workers, persistent)] = statistics.median(times[1:])
+        grid[(workers, persistent)] = statistics.median(out["times"][1:])
         others.append(o)
+    return grid
+
+
+def _bench(args: argparse.Namespace, pipeline: str, db: str) -> None:
+    untuned_out, o1 = run_one(args, pipeline, db, "untuned", [])
+    tuned_out, o2 = run_one(args, pipeline, db, "tuned", ["--tune", "1"])
+    untuned, tuned = untuned_out["times"], tuned_out["times"]
+    others = [o1, o2]
+    grid = _grid(args, pipeline, db, others)
     best_key = min(grid, key=grid.__getitem__)
     best = grid[best_key]
     last = statistics.median(tuned[-3:])
@@ -181,6 +204,31 @@ def _bench(args: argparse.Namespace, pipeline: str, db: str) -> None:
         flush=True,
     )
     print(f"  untuned {[round(t, 2) for t in untuned]}\n  tuned   {[round(t, 2) for t in tuned]}", flush=True)
+
+
+def _bench_long(args: argparse.Namespace, pipeline: str, db: str) -> None:
+    """One long epoch, tuned in windows, against the best static setting's seconds a batch."""
+    others: list[float] = []
+    short = argparse.Namespace(**{**vars(args), "long": 0})
+    grid = _grid(short, pipeline, db, others, epochs=4)
+    best_key = min(grid, key=grid.__getitem__)
+    batches = 1024 // 16  # the demos' 1024-item epochs, 16 a batch
+    best_rate = batches / grid[best_key]
+    start_rate = batches / grid.get((0, False), grid[best_key])
+    items = int(args.long / grid[(0, False)] * 1024)  # an epoch of about --long seconds at num_workers=0
+    out, o = run_one(args, pipeline, db, "tuned-long", ["--tune", "1", "--long", str(items)], epochs=1)
+    others.append(o)
+    stamps = out["stamps"]
+    minutes = int(stamps[-1] // 60) + 1
+    rates = [sum(m * 60 <= t < (m + 1) * 60 for t in stamps) / min(60.0, stamps[-1] - m * 60) for m in range(minutes)]
+    first = next((m + 1 for m, r in enumerate(rates) if r >= 0.9 * best_rate), None)
+    slow = sum(r <= start_rate / 1.10 for r in rates)
+    print(
+        f"{pipeline:15s} long epoch {stamps[-1]:.0f} s; best static {best_key} {best_rate:.1f} batches/s; "
+        f"tuned/best by minute {[round(r / best_rate, 2) for r in rates]}; within 10% from minute {first}; "
+        f"slow minutes {slow}; others {max(others):.2f} cores{' (NOISY)' if max(others) > QUIET_CORES else ''}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from collector.export.sources import Exporter
 from collector.sample.sampler import Rates
 from collector.store.merge import merge_files
 from collector.store.reader import Reader
+from collector.store.schema import SCHEMA_VERSION
 from collector.writer.frames import Flush, Open, RunStart, decode_frame, encode_frame
 from collector.writer.sink import Sink
 
@@ -184,6 +185,8 @@ def test_an_older_file_without_rollups_is_read_as_it_is_and_migrated_by_the_next
     with sqlite3.connect(db_path) as conn:  # as stallwatch 4 wrote it
         for table in ("batch_rollups", "fetch_rollups", "gpu_rollups", "host_rollups", "proc_rollups"):
             conn.execute(f"DROP TABLE {table}")
+        conn.execute("DROP TABLE trials")  # and schema 6's live tuning
+        conn.execute("ALTER TABLE epochs DROP COLUMN setting")
         conn.execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
     assert diagnose(db_path).summary["batches"] == 5_000
     from app.data import load_run_view
@@ -191,6 +194,6 @@ def test_an_older_file_without_rollups_is_read_as_it_is_and_migrated_by_the_next
     assert load_run_view(Reader(db_path), 1, None).headline.batches == 5_000
     assert Exporter([db_path], clock=lambda: 4e9, grace_s=1e12, report=print).refresh().runs[0].batches == 5_000
     simulate.record(db_path, batches=30_000, keep_batches=3_000, samples=False, name="new")
-    assert query(db_path, "SELECT value FROM meta WHERE key = 'schema_version'") == [("5",)]
+    assert query(db_path, "SELECT value FROM meta WHERE key = 'schema_version'") == [(str(SCHEMA_VERSION),)]
     assert query(db_path, "SELECT COUNT(DISTINCT run_id) FROM batch_rollups") == [(1,)]
     assert os.path.exists(db_path)

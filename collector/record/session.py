@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import socket
 import sys
@@ -22,6 +24,7 @@ from collector.record.monitor import Monitor
 from collector.record.plain_loop import plain_loop
 from collector.record.runinfo import command_line, distributed, job_id, loader_config, resumes, versions
 from collector.record.tuning import LiveTuner, TunedEvents
+from collector.record.windows import follow
 from collector.record.worker_timing import TimingRings, WorkerHook
 from collector.sample.host import host_facts
 from collector.sample.sampler import Rates
@@ -134,13 +137,17 @@ class Session:
         t_start = time.perf_counter_ns() if called_ns is None else called_ns
         if resumes(self.loader):  # NOTE [ Resumed runs ] in collector/record/runinfo.py
             self.monitor.note(f"resumed-{epoch}", f"epoch {epoch} resumed mid-epoch from a saved state_dict")
-        setting = None if self.tuner is None else self.tuner.before_epoch(epoch, t_start, self._wall_of(t_start))
+        tuner = self.tuner
+        setting = None if tuner is None else tuner.before_epoch(epoch, t_start, self._wall_of(t_start))
+        lent = contextlib.nullcontext() if tuner is None else tuner.lend()
         try:
-            it, iter_ns = self._open_iterator()
+            with lent:
+                it, iter_ns = self._open_iterator()
         finally:
-            if self.tuner is not None:
-                self.tuner.after_iter()
+            if tuner is not None:
+                tuner.after_iter()
             self.start()  # NOTE [ Started after the fork ]
+        windowed = None if tuner is None else tuner.windowed(it, lent, epoch, lambda: self._open_iterator()[0])
         probe = None
         if getattr(self.loader, "num_workers", 0):
             probe = loader_probe.attach(it, self.monitor.warn)
@@ -150,10 +157,16 @@ class Session:
         pids = [] if probe is None else probe.worker_pids()
         threads = torch_threads()
         cuda = cuda_idle.cuda_active()
+        served = it if windowed is None else windowed  # NOTE [ Windows of a long epoch ]
+        clock = LoadClock(self.monitor.ident)
         if probe is None and not cuda:
-            loop = plain_loop(it, epoch, t_start, self.shared, self.count_error, LoadClock(self.monitor.ident), owner)
+            loop = plain_loop(served, epoch, t_start, self.shared, self.count_error, clock, owner)
         else:
-            loop = self._full_loop(it, epoch, t_start, probe, cuda, pids, owner)
+            full = FullLoop(served, epoch, t_start, self.shared, probe, cuda, self.count_error, clock, pids)
+            full.owner = owner
+            loop = full.iterator()
+            if windowed is not None:
+                windowed.retarget = functools.partial(follow, full, self.monitor.warn)
         own_ns = time.perf_counter_ns() - t_start - iter_ns  # See NOTE [ The collector's own time ]
         self.shared.epoch_events.append(EpochStarted(epoch, t_start, pids, threads, own_ns, setting))
         return loop
@@ -193,21 +206,6 @@ class Session:
     # [ Clocks in SQL ]). The plain loop serves num_workers=0 and plain
     # iterables on the CPU, timed in C between described batches; the full
     # loop adds queue depth, worker ids and CUDA events, one tuple a batch.
-
-    def _full_loop(
-        self,
-        it: Iterator[Any],
-        epoch: int,
-        t_start: int,
-        probe: loader_probe.Probe | None,
-        cuda: bool,
-        pids: list[int],
-        owner: Any,
-    ) -> Iterator[Any]:
-        clock = LoadClock(self.monitor.ident)
-        loop = FullLoop(it, epoch, t_start, self.shared, probe, cuda, self.count_error, clock, pids)
-        loop.owner = owner
-        return loop.iterator()
 
     # -- ending -------------------------------------------------------------
 

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import warnings
 from collections import deque
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from collector.errors import CollectorWarning
+from collector.record import windows
 from collector.record.handover import EpochEnded, Shared
+from collector.record.loader_setting import _target, apply, setting_of
+from collector.record.windows import Lent, SeedKept, Windowed, restartable
 from collector.tune.advisor import Advisor, AdvisorError
 from collector.tune.policy import DEFAULT_EVERY, Policy, Proposal, Segment, Setting, setting_json
-
-LOADER_FIELDS = ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory")
 
 
 def tune_every(tune: bool | int) -> int | None:
@@ -52,7 +55,13 @@ class LiveTuner:
             self.notes.append(
                 "an IterableDataset shards its data by worker, so the tuner never changes num_workers here"
             )
-        self._running: dict[int, tuple[int, Setting, float]] = {}  # epoch -> (iter() ns, setting, wall start)
+        self.kind = None if self.iterable else windows.route(target)  # NOTE [ Windows of a long epoch ]
+        self.long = False  # an epoch ran past LONG_EPOCH_S: the next are tuned in windows from their start
+        self.running = self.policy.start  # the setting the loader runs at now
+        self._held: Proposal | None = None  # a proposal a window could not start: for the next epoch
+        self._running: dict[int, tuple[int, float]] = {}  # epoch -> (segment start ns, wall start)
+        self._crossed: dict[int, tuple[int, int]] = {}  # epoch -> (batch, ns) of its last window boundary
+        self._open_iterator: Callable[[], Iterator[Any]] | None = None  # the session's, set per windowed epoch
         self._restore: tuple[Any, Any] | None = None  # NOTE [ The same samples ]
 
     # -- the training thread ------------------------------------------------
@@ -64,45 +73,153 @@ class LiveTuner:
         try:
             if self.advisor is None:
                 self.advisor = Advisor()
-            answer = self.advisor.poll()
-            proposal = answer if isinstance(answer, Proposal) else None
-            if isinstance(answer, str):
-                self.policy.nothing_pays(answer)
-            setting, trial = self.policy.next_setting(proposal)
+            setting, trial = self._choose(mid_epoch=False)
             apply(self.loader, setting)
+            self.running = setting
             self._keep_the_seed_stream(epoch)
-            self._running[epoch] = (t_start_ns, setting, wall_now)
+            self._running[epoch] = (t_start_ns, wall_now)
             return setting_json(setting, trial=trial is not None)
         except Exception as exc:  # noqa: BLE001 - the tuner's boundary: never an exception in the loop
             self.fail(exc)
             return None
 
+    def _choose(self, mid_epoch: bool) -> tuple[Setting, Proposal | None]:
+        """The next segment's setting from the helper's newest answer; a proposal a window cannot start is held."""
+        assert self.advisor is not None
+        answer = self.advisor.poll()
+        if isinstance(answer, str):
+            self.policy.nothing_pays(answer)
+        proposal = answer if isinstance(answer, Proposal) else self._held
+        self._held = None
+        if mid_epoch and proposal is not None and not restartable(self.kind, self.running, proposal.setting):
+            self._held, proposal = proposal, None
+        return self.policy.next_setting(proposal)
+
     def ended(self, event: EpochEnded, wall_now: float) -> None:
-        """An epoch's end (its last next()): measure it, record a trial, ask about the next."""
+        """An epoch's end (its last next()): measure it (or its last window), record a trial, ask about the next."""
         running = self._running.pop(event.epoch, None)
-        if self.failed is not None or running is None or event.batches <= 0:
+        if self.failed is not None or running is None:
             return
+        t_start_ns, wall_start = running
+        start_idx, t0_ns = self._crossed.pop(event.epoch, (0, t_start_ns))
+        if event.batches <= start_idx:
+            return
+        seconds = max(0.0, (event.t_ns - t0_ns) / 1e9)
+        wall_start += (t0_ns - t_start_ns) / 1e9
+        self.long = self.long or (start_idx == 0 and seconds > windows.LONG_EPOCH_S)
+        if start_idx and seconds < windows.WINDOW_S / 3:
+            return  # a window's short tail: too few batches to judge by; a trial running goes on next epoch
+        segment = Segment(event.epoch, start_idx, event.batches - start_idx, seconds, wall_start, wall_now)
+        if self._measured(segment, event.epoch):
+            try:
+                apply(self.loader, self.policy.current)  # back now: persistent workers would keep the trial's
+                self.running = self.policy.current
+            except Exception as exc:  # noqa: BLE001 - the tuner's boundary
+                self.fail(exc)
+
+    def _measured(self, segment: Segment, epoch: int | None) -> bool:
+        """A segment ended at the running setting: record its trial, ask about the next; whether it was reverted."""
         try:
-            t_start_ns, setting, wall_start = running
-            segment = Segment(
-                epoch=event.epoch,
-                start_idx=0,
-                batches=event.batches,
-                seconds=max(0.0, (event.t_ns - t_start_ns) / 1e9),
-                started_at=wall_start,
-                ended_at=wall_now,
-            )
-            trial = self.policy.measured(segment, setting)
+            trial = self.policy.measured(segment, self.running)
             if trial is not None:
                 self.shared.trials.append(trial.row())
-                if not trial.kept:
-                    apply(self.loader, self.policy.current)  # back now: persistent workers would keep the trial's
             run_id = self._run_id()
             if self.advisor is not None and run_id is not None and self.policy.wants_proposal():
                 tried = sorted(self.policy.tried, key=repr)
-                self.advisor.ask(self.db, run_id, event.epoch, self.policy.current, tried, self.iterable)
+                self.advisor.ask(self.db, run_id, epoch, self.policy.current, tried, self.iterable)
+            return trial is not None and not trial.kept
         except Exception as exc:  # noqa: BLE001 - the tuner's boundary
             self.fail(exc)
+            return False
+
+    # -- windows of a long epoch (NOTE [ Windows of a long epoch ]) -----------
+
+    def lend(self) -> Any:
+        """What this epoch's iter() runs inside: the loader's sampler recorded where windows may restart it."""
+        if self.failed is None and self.kind == "sampler" and not self.settled():
+            try:
+                return windows.lend(_target(self.loader))
+            except Exception as exc:  # noqa: BLE001 - the tuner's boundary
+                self.fail(exc)
+        return contextlib.nullcontext()
+
+    def settled(self) -> bool:
+        """Tuning is over and the loader runs at its setting: no window would change anything."""
+        return self.policy.done is not None and self.running == self.policy.current and self._held is None
+
+    def windowed(self, it: Iterator[Any], lent: Any, epoch: int, open_iterator: Callable[[], Any]) -> Windowed | None:
+        """The epoch's iterator with window boundaries, or None where it runs whole (short, settled, not restartable)."""
+        running = self._running.get(epoch)
+        if self.failed is not None or self.kind is None or running is None or self.settled():
+            return None
+        recorded = lent.recorded if isinstance(lent, Lent) else None
+        first_s = windows.WINDOW_S if self.long else windows.LONG_EPOCH_S
+        self._open_iterator = open_iterator
+        return Windowed(it, recorded, running[0], first_s, lambda *a: self.boundary(epoch, *a), self.restart)
+
+    def boundary(self, epoch: int, start_idx: int, idx: int, t0_ns: int, t1_ns: int) -> Setting | None:
+        """A window ended: measure it, choose the next; the setting to restart the loader at, or None."""
+        running = self._running.get(epoch)
+        if self.failed is not None or running is None:
+            return None
+        self.long = True
+        self._crossed[epoch] = (idx, t1_ns)
+        wall = running[1] + (t0_ns - running[0]) / 1e9
+        segment = Segment(epoch, start_idx, idx - start_idx, (t1_ns - t0_ns) / 1e9, wall, wall + (t1_ns - t0_ns) / 1e9)
+        self._measured(segment, None)
+        if self.failed is not None:
+            return None
+        try:
+            setting, _ = self._choose(mid_epoch=True)
+            if not restartable(self.kind, self.running, setting):
+                return None  # a revert across worker counts of a StatefulDataLoader: at the next epoch
+            if self.running.but(threads=setting.threads) == setting:
+                apply(self.loader, setting)  # threads alone: nothing to restart
+                self.running = setting
+                return None
+            return setting
+        except Exception as exc:  # noqa: BLE001 - the tuner's boundary
+            self.fail(exc)
+            return None
+
+    def _open(self) -> Iterator[Any]:
+        assert self._open_iterator is not None
+        return self._open_iterator()
+
+    def restart(self, windowed: Windowed, setting: Setting) -> Iterator[Any] | None:
+        """The loader at ``setting``, its iterator at the same sampler position; None (the old one goes on) on failure."""
+        target = _target(self.loader)
+        old, was = windowed.inner, target.__dict__.get("_iterator")
+        previous = self.running
+        remaining = None
+        try:
+            with SeedKept(target):
+                state = target.state_dict() if self.kind == "state" else None
+                target.__dict__["_iterator"] = None  # detached: apply() must not end it before the new one runs
+                apply(self.loader, setting)
+                if state is not None:
+                    target.load_state_dict(state)
+                    new = self._open()
+                else:
+                    remaining = windowed.remaining()
+                    with Lent(target, remaining):
+                        new = self._open()
+        except Exception as exc:  # noqa: BLE001 - the tuner's boundary: back to the iterator that runs
+            target.__dict__["_iterator"] = None
+            with contextlib.suppress(Exception):
+                apply(self.loader, previous)
+            target.__dict__.update(_iterator=was, **({"next_iter_state": None} if self.kind == "state" else {}))
+            if remaining is not None:
+                windowed.put_back(remaining)
+            self.fail(exc)
+            return None
+        self.running = setting
+        windowed.recorded = remaining
+        shutdown = getattr(old, "_shutdown_workers", None)
+        if shutdown is not None and old is not target.__dict__.get("_iterator"):
+            with contextlib.suppress(Exception):
+                shutdown()
+        return new
 
     # NOTE [ The same samples ]
     # A map-style loader's order comes from its sampler, whatever the worker
@@ -187,52 +304,3 @@ class TunedEvents(deque[Any]):
         super().append(event)
         if type(event) is EpochEnded:
             self.tuner.ended(event, self.wall_of(event.t_ns))
-
-
-def setting_of(loader: Any) -> Setting:
-    """The loader's setting now, and torch's intra-op threads."""
-    torch = sys.modules.get("torch")
-    threads = int(torch.get_num_threads()) if torch is not None else 1
-    workers = int(getattr(loader, "num_workers", 0) or 0)
-    return Setting(
-        num_workers=workers,
-        threads=threads,
-        prefetch_factor=getattr(loader, "prefetch_factor", None) if workers else None,
-        persistent_workers=bool(getattr(loader, "persistent_workers", False)),
-        pin_memory=bool(getattr(loader, "pin_memory", False)),
-    ).but()
-
-
-def apply(loader: Any, setting: Setting) -> None:
-    """Put a DataLoader at ``setting`` between epochs: its workers ended where they would keep the old one.
-
-    Only the four loader fields and torch's threads change; the user's
-    sampler, generator, worker_init_fn, collate_fn and multiprocessing
-    context stay as they are. Persistent workers of another setting are
-    shut down first (DataLoader itself keeps them across iter()).
-    """
-    target = _target(loader)
-    now = setting_of(target)
-    if now.threads != setting.threads:
-        sys.modules["torch"].set_num_threads(setting.threads)
-    if now.but(threads=setting.threads) == setting:
-        return
-    iterator = target.__dict__.get("_iterator")
-    if iterator is not None:
-        target.__dict__["_iterator"] = None
-        shutdown = getattr(iterator, "_shutdown_workers", None)
-        if shutdown is not None:
-            shutdown()
-    values = {
-        "num_workers": setting.num_workers,
-        "prefetch_factor": setting.prefetch_factor if setting.num_workers else None,
-        "persistent_workers": setting.persistent_workers and setting.num_workers > 0,
-        "pin_memory": setting.pin_memory,
-    }
-    target.__dict__.update(values)  # past DataLoader.__setattr__, which refuses persistent_workers after __init__
-
-
-def _target(loader: Any) -> Any:
-    """The DataLoader itself behind a session's weak stand-in (NOTE [ Weak loader ])."""
-    unwrap = getattr(type(loader), "_target", None)
-    return unwrap(loader) if unwrap is not None else loader

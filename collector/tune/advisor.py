@@ -50,9 +50,9 @@ class Advisor:
         forget_in_forks(self)  # NOTE [ Forked children ] in collector/writer/spawn.py
 
     def ask(
-        self, db: str, run_id: int, epoch: int, current: Setting, tried: list[Setting], fixed_workers: bool
+        self, db: str, run_id: int, epoch: int | None, current: Setting, tried: list[Setting], fixed_workers: bool
     ) -> None:
-        """Send a question about the run once ``epoch`` is in the file; its answer comes to a later ``poll``."""
+        """Send a question about the run once ``epoch`` is in the file (None: a window, now); answered by a later ``poll``."""
         question = {
             "db": db,
             "run_id": run_id,

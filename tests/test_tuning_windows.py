@@ -1,0 +1,151 @@
+"""Long epochs tuned in windows: the loader restarted mid-epoch at the same sampler position, at another setting."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+from collector import watch
+from collector.record import tuning, windows
+from collector.record.loader_setting import setting_of
+from collector.tune.policy import Proposal, Setting
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:'set_vital' is deprecated:UserWarning"),  # torchdata 0.11 on torch 2.13
+    pytest.mark.slow,  # worker processes started mid-epoch: about 20 s
+]
+
+
+class Slow(Dataset):
+    """I/O-like: each item waits (the GIL released), so workers pay."""
+
+    def __init__(self, n: int, sleep_s: float) -> None:
+        self.n, self.sleep_s = n, sleep_s
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        time.sleep(self.sleep_s)
+        return torch.tensor([float(i)])
+
+
+class Offering:
+    """The tuner's helper, faked: every poll offers ``change`` against the loader's setting as it was."""
+
+    def __init__(self, start: Setting, change: dict[str, Any]) -> None:
+        self.proposal = Proposal(start, start.but(**change), 2.0, 1.6, 2.4)
+
+    def __call__(self) -> Offering:
+        return self
+
+    def poll(self) -> Proposal:
+        return self.proposal
+
+    def ask(self, *args: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def short_windows(monkeypatch):
+    monkeypatch.setattr(windows, "LONG_EPOCH_S", 0.3)
+    monkeypatch.setattr(windows, "WINDOW_S", 0.3)
+
+
+def seen(loader: Any, db: str | None, epochs: int = 2) -> list[list[float]]:
+    if db is None:
+        return [batch[:, 0].tolist() for _ in range(epochs) for batch in loader]
+    with watch(loader, db=db, tune=True) as watched:
+        return [batch[:, 0].tolist() for _ in range(epochs) for batch in watched]
+
+
+def trials(db: str) -> list[tuple[int, int, str, int]]:
+    with sqlite3.connect(db) as conn:
+        return conn.execute("SELECT epoch, start_idx, setting, kept FROM trials ORDER BY rowid").fetchall()
+
+
+def test_a_long_epoch_restarts_mid_epoch_at_more_workers_with_the_same_samples_in_order(
+    db_path, short_windows, monkeypatch
+):
+    def loader() -> DataLoader:
+        return DataLoader(Slow(240, 0.01), batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(3))
+
+    plain = seen(loader(), None)
+    tuned_loader = loader()
+    monkeypatch.setattr(tuning, "Advisor", Offering(setting_of(tuned_loader), {"num_workers": 3}))
+    torch.manual_seed(11)
+    tuned = seen(tuned_loader, db_path)
+    after = torch.rand(1)
+    torch.manual_seed(11)
+    seen(loader(), None)
+    assert tuned == plain
+    assert torch.equal(after, torch.rand(1))  # the global generator where the untuned loop leaves it
+    (first, *_) = trials(db_path)
+    assert first[0] == 0 and first[1] > 0 and '"num_workers": 3' in first[2] and first[3] == 1
+    assert tuned_loader.num_workers == 3
+
+
+def test_a_reverted_window_goes_back_mid_epoch_and_the_sampler_is_the_users_again(db_path, short_windows, monkeypatch):
+    def loader() -> DataLoader:
+        return DataLoader(
+            Slow(160, 0.01), batch_size=4, num_workers=2, persistent_workers=True, shuffle=True,
+            generator=torch.Generator().manual_seed(5),
+        )  # fmt: skip
+
+    plain = seen(loader(), None, epochs=3)
+    tuned_loader = loader()
+    start = setting_of(tuned_loader)
+    monkeypatch.setattr(tuning, "Advisor", Offering(start, {"num_workers": 1, "persistent_workers": False}))
+    assert seen(tuned_loader, db_path, epochs=3) == plain
+    reverted = [t for t in trials(db_path) if t[1] > 0 and not t[3]]
+    assert reverted, trials(db_path)
+    assert tuned_loader.batch_sampler.__class__.__name__ == "BatchSampler"  # the lent sampler given back
+    assert len(tuned_loader) == 40
+
+
+def test_a_stateful_loader_restarts_through_its_state_dict_and_waits_for_the_epoch_to_change_workers(
+    db_path, short_windows, monkeypatch
+):
+    def loader() -> StatefulDataLoader:  # type: ignore[type-arg]
+        return StatefulDataLoader(
+            Slow(200, 0.01), batch_size=4, num_workers=2, shuffle=True, generator=torch.Generator().manual_seed(9)
+        )
+
+    plain = seen(loader(), None, epochs=3)
+    tuned_loader = loader()
+    start = setting_of(tuned_loader)
+    monkeypatch.setattr(tuning, "Advisor", Offering(start, {"prefetch_factor": 4}))
+    assert seen(tuned_loader, db_path) == plain[:100]
+    assert any(t[1] > 0 and '"prefetch_factor": 4' in t[2] for t in trials(db_path))
+    resumed = loader()  # the user's own checkpoint, taken after the restarts, resumes where the untuned one would
+    resumed.load_state_dict(tuned_loader.state_dict())
+    assert seen(resumed, None, epochs=1) == plain[100:]
+
+    held_loader = loader()
+    monkeypatch.setattr(tuning, "Advisor", Offering(start, {"num_workers": 3}))
+    assert seen(held_loader, db_path) == plain[:100]
+    rows = [t for t in trials(db_path) if '"num_workers": 3' in t[2]]
+    assert rows and all(t[1] == 0 for t in rows)  # a StatefulDataLoader changes workers only at an epoch's start
+
+
+def test_route_names_how_each_loader_restarts():
+    class Own(DataLoader):
+        def __iter__(self):
+            return super().__iter__()
+
+    data = Slow(8, 0.0)
+    assert windows.route(DataLoader(data)) == "sampler"
+    assert windows.route(StatefulDataLoader(data)) == "state"
+    assert windows.route(Own(data)) is None
+    assert windows.route(DataLoader(data, num_workers=1, in_order=False)) is None
+    assert windows.restartable("state", Setting(2, 2, 2), Setting(3, 2, 2)) is False
+    assert windows.restartable("sampler", Setting(0, 2, None), Setting(3, 2, 2)) is True
