@@ -122,7 +122,7 @@ def test_dashboard_renders_verdict_and_charts_in_chromium(dashboard_url: str) ->
             banner.wait_for(timeout=RENDER_TIMEOUT_MS)
             assert any(title in banner.inner_text() for title in titles)
             assert "Input-bound" in banner.inner_text()
-            assert page.locator("code", has_text="DataLoader(..., num_workers=").count() >= 1
+            page.locator("code", has_text="DataLoader(..., num_workers=").first.wait_for(timeout=RENDER_TIMEOUT_MS)
             page.wait_for_function(
                 "document.querySelectorAll('.js-plotly-plot').length >= 7", timeout=RENDER_TIMEOUT_MS
             )
