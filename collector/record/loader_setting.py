@@ -30,7 +30,7 @@ def apply(loader: Any, setting: Setting) -> None:
     context stay as they are. Persistent workers of another setting are
     shut down first (DataLoader itself keeps them across iter()).
     """
-    target = _target(loader)
+    target = target_of(loader)
     now = setting_of(target)
     if now.threads != setting.threads:
         sys.modules["torch"].set_num_threads(setting.threads)
@@ -51,7 +51,7 @@ def apply(loader: Any, setting: Setting) -> None:
     target.__dict__.update(values)  # past DataLoader.__setattr__, which refuses persistent_workers after __init__
 
 
-def _target(loader: Any) -> Any:
+def target_of(loader: Any) -> Any:
     """The DataLoader itself behind a session's weak stand-in (NOTE [ Weak loader ])."""
     unwrap = getattr(type(loader), "_target", None)
     return unwrap(loader) if unwrap is not None else loader

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 import warnings
 from collections import deque
@@ -12,7 +13,7 @@ from typing import Any
 from collector.errors import CollectorWarning
 from collector.record import windows
 from collector.record.handover import EpochEnded, Shared
-from collector.record.loader_setting import _target, apply, setting_of
+from collector.record.loader_setting import apply, setting_of, target_of
 from collector.record.windows import Lent, SeedKept, Windowed, restartable
 from collector.tune.advisor import Advisor, AdvisorError
 from collector.tune.policy import DEFAULT_EVERY, Policy, Proposal, Segment, Setting, setting_json
@@ -47,7 +48,7 @@ class LiveTuner:
         self._run_id = run_id  # () -> the run's id once the monitor has created it, else None
         self.failed: str | None = None
         self.advisor: Advisor | None = None
-        target = _target(loader)
+        target = target_of(loader)
         self.iterable = getattr(target, "_dataset_kind", 0) == 1  # torch's _DatasetKind.Iterable
         self.policy = Policy(start=setting_of(target), every=every, fixed_workers=self.iterable)
         self.notes: list[str] = []
@@ -61,7 +62,6 @@ class LiveTuner:
         self._held: Proposal | None = None  # a proposal a window could not start: for the next epoch
         self._running: dict[int, tuple[int, float]] = {}  # epoch -> (segment start ns, wall start)
         self._crossed: dict[int, tuple[int, int]] = {}  # epoch -> (batch, ns) of its last window boundary
-        self._open_iterator: Callable[[], Iterator[Any]] | None = None  # the session's, set per windowed epoch
         self._restore: tuple[Any, Any] | None = None  # NOTE [ The same samples ]
 
     # -- the training thread ------------------------------------------------
@@ -138,7 +138,7 @@ class LiveTuner:
         """What this epoch's iter() runs inside: the loader's sampler recorded where windows may restart it."""
         if self.failed is None and self.kind == "sampler" and not self.settled():
             try:
-                return windows.lend(_target(self.loader))
+                return windows.lend(target_of(self.loader))
             except Exception as exc:  # noqa: BLE001 - the tuner's boundary
                 self.fail(exc)
         return contextlib.nullcontext()
@@ -154,8 +154,8 @@ class LiveTuner:
             return None
         recorded = lent.recorded if isinstance(lent, Lent) else None
         first_s = windows.WINDOW_S if self.long else windows.LONG_EPOCH_S
-        self._open_iterator = open_iterator
-        return Windowed(it, recorded, running[0], first_s, lambda *a: self.boundary(epoch, *a), self.restart)
+        boundary = functools.partial(self.boundary, epoch)
+        return Windowed(it, recorded, running[0], first_s, boundary, self.restart, open_iterator)
 
     def boundary(self, epoch: int, start_idx: int, idx: int, t0_ns: int, t1_ns: int) -> Setting | None:
         """A window ended: measure it, choose the next; the setting to restart the loader at, or None."""
@@ -182,13 +182,9 @@ class LiveTuner:
             self.fail(exc)
             return None
 
-    def _open(self) -> Iterator[Any]:
-        assert self._open_iterator is not None
-        return self._open_iterator()
-
     def restart(self, windowed: Windowed, setting: Setting) -> Iterator[Any] | None:
         """The loader at ``setting``, its iterator at the same sampler position; None (the old one goes on) on failure."""
-        target = _target(self.loader)
+        target = target_of(self.loader)
         old, was = windowed.inner, target.__dict__.get("_iterator")
         previous = self.running
         remaining = None
@@ -199,16 +195,18 @@ class LiveTuner:
                 apply(self.loader, setting)
                 if state is not None:
                     target.load_state_dict(state)
-                    new = self._open()
+                    new = windowed.open_iterator()
                 else:
                     remaining = windowed.remaining()
                     with Lent(target, remaining):
-                        new = self._open()
+                        new = windowed.open_iterator()
         except Exception as exc:  # noqa: BLE001 - the tuner's boundary: back to the iterator that runs
             target.__dict__["_iterator"] = None
             with contextlib.suppress(Exception):
                 apply(self.loader, previous)
-            target.__dict__.update(_iterator=was, **({"next_iter_state": None} if self.kind == "state" else {}))
+            target.__dict__["_iterator"] = was
+            if self.kind == "state":
+                target.next_iter_state = None  # the state loaded for the failed iterator: not for the next epoch
             if remaining is not None:
                 windowed.put_back(remaining)
             self.fail(exc)
@@ -235,7 +233,7 @@ class LiveTuner:
     # is put back after it (``after_iter``).
 
     def _keep_the_seed_stream(self, epoch: int) -> None:
-        target = _target(self.loader)
+        target = target_of(self.loader)
         torch = sys.modules["torch"]
         generator = getattr(target, "generator", None) or torch.default_generator
         start = self.policy.start

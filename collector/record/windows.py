@@ -107,11 +107,10 @@ class Lent:
 
     def __init__(self, loader: Any, recorded: Recorded) -> None:
         self.loader = loader
-        self.name = "batch_sampler" if loader.batch_sampler is not None else "sampler"
+        self.name, self.own = index_sampler(loader)
         self.recorded = recorded
 
     def __enter__(self) -> Recorded:
-        self.own = self.loader.__dict__[self.name]
         self.loader.__dict__[self.name] = self.recorded  # past DataLoader.__setattr__, as tuning's apply
         persistent = self.loader.__dict__.get("_iterator")
         if persistent is not None:  # its _reset() in iter() draws from the sampler it was built with
@@ -125,10 +124,15 @@ class Lent:
             persistent._index_sampler = self.own  # the next epoch's reset, tuned or not, draws from the user's own
 
 
+def index_sampler(loader: Any) -> tuple[str, Any]:
+    """(attribute, sampler) the loader's iterators draw indices from: its batch_sampler, else its sampler."""
+    name = "batch_sampler" if loader.batch_sampler is not None else "sampler"
+    return name, loader.__dict__[name]
+
+
 def lend(loader: Any) -> Lent:
     """A fresh epoch's lent sampler: the loader's own, recorded."""
-    name = "batch_sampler" if loader.batch_sampler is not None else "sampler"
-    own = loader.__dict__[name]
+    _, own = index_sampler(loader)
     return Lent(loader, Recorded(own, _length(own)))
 
 
@@ -158,8 +162,9 @@ class Windowed:
 
     ``boundary(start_idx, idx, t0_ns, t1_ns)`` is the tuner's: it measures
     the window that ended and returns the setting the next runs at where the
-    loader must be restarted for it (else None). ``restart(setting)`` does
-    that and returns the new iterator, or None where it could not.
+    loader must be restarted for it (else None). ``restart(windowed, setting)``
+    does that through ``open_iterator`` and returns the new iterator, or None
+    where it could not.
     """
 
     def __init__(
@@ -170,6 +175,7 @@ class Windowed:
         first_window_s: float,
         boundary: Callable[[int, int, int, int], Setting | None],
         restart: Callable[[Windowed, Setting], Iterator[Any] | None],
+        open_iterator: Callable[[], Iterator[Any]],
     ) -> None:
         self.inner = inner
         self.recorded = recorded
@@ -179,6 +185,7 @@ class Windowed:
         self.next_ns = t_start_ns + int(first_window_s * 1e9)
         self._boundary = boundary
         self._restart = restart
+        self.open_iterator = open_iterator  # the session's: the loader's iter() with the workers' timing hook
         self.retarget: Callable[[Any], None] | None = None  # the loop's probe follows a restart
 
     def __iter__(self) -> Windowed:
@@ -189,14 +196,9 @@ class Windowed:
             self._cross()
         try:
             batch = next(self.inner)
-        except StopIteration:
-            raise
-        except BaseException:
+        finally:  # a batch that raises is handed out too; at the end nothing is pending
             if self.recorded is not None:
                 self.recorded.handed_out()
-            raise
-        if self.recorded is not None:
-            self.recorded.handed_out()
         self.idx += 1
         return batch
 
