@@ -12,6 +12,7 @@ import time
 from collections.abc import Sequence
 from typing import TextIO
 
+from collector.writer.names import name_this_thread
 from collector.writer.spawn import end_child, forget_in_forks, raise_to_ours, start_child
 
 # NOTE [ Verdict beside the job ]
@@ -164,6 +165,7 @@ def prints_verdict(environ: dict[str, str] | os._Environ[str] = os.environ) -> b
 def serve() -> None:
     """In the helper: import the diagnosis, say ready, answer one question (db, runs, launch) with the verdict's text."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    name_this_thread("verdict")  # NOTE [ Named threads ] in collector/writer/names.py
     from collector.diagnosis import diagnose_data, diagnose_job  # noqa: F401 - pandas and every rule, imported while the job runs
     from collector.verdict.printing import verdict_text
 
