@@ -24,6 +24,9 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from quiet import QUIET_CORES, Others  # noqa: E402
+
 LINE = re.compile(r"monitor thread ([\d.]+) ms/s, writer process \(SQLite, sampling\) ([\d.]+) ms/s")
 
 
@@ -33,21 +36,22 @@ def child(workers: int, seconds: float, db: str) -> None:
     background(f"100 batches/s, {workers} workers", lambda: paced_loader(workers), seconds, db)
 
 
-def side(checkout: str | None, workers: int, seconds: float, db: str) -> tuple[float, float]:
+def side(checkout: str | None, workers: int, seconds: float, db: str) -> tuple[float, float, float]:
     env = dict(os.environ)
     if checkout is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [checkout, env.get("PYTHONPATH")]))
-    done = subprocess.run(
-        [sys.executable, __file__, "--child", str(workers), str(seconds), db],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    with Others() as others:
+        done = subprocess.run(
+            [sys.executable, __file__, "--child", str(workers), str(seconds), db],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
     match = LINE.search(done.stdout)
     if match is None:
         raise SystemExit(f"no figures from the side at {checkout or 'this checkout'}:\n{done.stdout}\n{done.stderr}")
-    return float(match[1]), float(match[2])
+    return float(match[1]), float(match[2]), others.cores
 
 
 def main() -> None:
@@ -67,11 +71,14 @@ def main() -> None:
         for r in range(args.rounds):
             for workers in (int(w) for w in args.workers.split(",")):
                 for name, checkout in sides if r % 2 == 0 else sides[::-1]:
-                    monitor, writer = side(checkout, workers, args.seconds, os.path.join(tmp, f"{name}.sqlite"))
-                    figures.setdefault((name, workers), []).append((monitor, writer))
+                    monitor, writer, others = side(checkout, workers, args.seconds, os.path.join(tmp, f"{name}.sqlite"))
+                    quiet = others <= QUIET_CORES
+                    if quiet:
+                        figures.setdefault((name, workers), []).append((monitor, writer))
                     print(
                         f"round {r + 1}, {workers} workers, {name}: monitor {monitor:.2f} + writer {writer:.2f} "
-                        f"= {monitor + writer:.2f} ms/s ({(monitor + writer) / 10:.2f}% of a core)",
+                        f"= {monitor + writer:.2f} ms/s ({(monitor + writer) / 10:.2f}% of a core); others "
+                        f"{others:.3f} cores{'' if quiet else ' (NOT QUIET: left out)'}",
                         flush=True,
                     )
     for (name, workers), rows in sorted(figures.items(), key=lambda kv: (kv[0][1], kv[0][0])):

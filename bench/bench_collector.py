@@ -48,6 +48,9 @@ from collector.writer.channel import ProcessLink
 from collector.writer.frames import Flush, Open, RunStart
 from collector.writer.link import connect, launch
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from quiet import Others, shown
+
 PAUSE_S = 0.22  # before each turn: longer than one flush interval, so no backlog crosses turns
 MIN_TURN_BATCHES = 1_000
 
@@ -146,11 +149,12 @@ def compare(
     speed = max(turn(sides["plain"], 2_000) for _ in range(3))
     batches = max(turns.min_batches, int(speed * turns.seconds))
     rates: dict[str, list[float]] = {side: [] for side in sides}
-    for _ in range(turns.rounds):
-        order = list(sides)
-        random.shuffle(order)
-        for side in order:
-            rates[side].append(turn(sides[side], batches, turns.pause_s))
+    with Others() as others:
+        for _ in range(turns.rounds):
+            order = list(sides)
+            random.shuffle(order)
+            for side in order:
+                rates[side].append(turn(sides[side], batches, turns.pause_s))
     run_id = watched.run_id
     watched.close()
     with sqlite3.connect(db) as conn:
@@ -160,13 +164,13 @@ def compare(
         ).fetchone()
     pairs = list(zip(rates["watched"], rates["plain"], strict=True))
     costs_us = [(1 / w - 1 / p) * 1e6 for w, p in pairs]  # what the collector adds to each batch
-    print(
-        f"{label}: plain {statistics.median(rates['plain']):,.0f} batches/s; watched/plain {_spread(pairs)} "
+    figures = (
+        f"plain {statistics.median(rates['plain']):,.0f} batches/s; watched/plain {_spread(pairs)} "
         f"({turns.rounds} rounds of {batches:,} batches), {statistics.median(costs_us):.2f} us added per batch; "
-        f"{stored:,} rows stored, {dropped:,} dropped",
-        flush=True,
+        f"{stored:,} rows stored, {dropped:,} dropped"
     )
-    if control:
+    print(shown(others, label, figures), flush=True)
+    if control and others.quiet:
         control_pairs = list(zip(rates["control"], rates["plain"], strict=True))
         what = "the same iterator in a second plain side" if same else "a second plain loader"
         print(f"  noise floor: {what}/plain {_spread(control_pairs)}", flush=True)
@@ -231,19 +235,20 @@ def background(label: str, make_loader: Callable[[], Any], seconds: float, db: s
         times = writer.cpu_times() if writer is not None else None
         return time.clock_gettime(monitor_clock), 0.0 if times is None else times.user + times.system
 
-    (m0, w0), started, batches = cpu(), time.perf_counter(), 0
-    while time.perf_counter() - started < seconds:
-        for _ in range(100):
-            next(it)
-        batches += 100
-    elapsed = time.perf_counter() - started
-    m1, w1 = cpu()
+    with Others() as others:
+        (m0, w0), started, batches = cpu(), time.perf_counter(), 0
+        while time.perf_counter() - started < seconds:
+            for _ in range(100):
+                next(it)
+            batches += 100
+        elapsed = time.perf_counter() - started
+        m1, w1 = cpu()
     watched.close()
-    print(
-        f"{label}, collector CPU beside the loop ({batches / elapsed:,.0f} batches/s): monitor thread "
-        f"{(m1 - m0) / elapsed * 1e3:.1f} ms/s, writer process (SQLite, sampling) {(w1 - w0) / elapsed * 1e3:.1f} ms/s",
-        flush=True,
+    figures = (
+        f"collector CPU beside the loop ({batches / elapsed:,.0f} batches/s): monitor thread "
+        f"{(m1 - m0) / elapsed * 1e3:.1f} ms/s, writer process (SQLite, sampling) {(w1 - w0) / elapsed * 1e3:.1f} ms/s"
     )
+    print(shown(others, label, figures), flush=True)
 
 
 def continuous(label: str, make_loader: Callable[[], Any], epochs: int, db: str) -> None:
@@ -268,9 +273,10 @@ def continuous(label: str, make_loader: Callable[[], Any], epochs: int, db: str)
     for side in sides:  # warm up: starts the workers, the writer's first samples
         epoch(side)
     rates: dict[str, list[float]] = {side: [] for side in sides}
-    for i in range(epochs):
-        for side in list(sides)[:: 1 if i % 2 else -1]:
-            rates[side].append(epoch(side))
+    with Others() as others:
+        for i in range(epochs):
+            for side in list(sides)[:: 1 if i % 2 else -1]:
+                rates[side].append(epoch(side))
     run_id = watched.run_id
     watched.close()
     with sqlite3.connect(db) as conn:
@@ -278,12 +284,12 @@ def continuous(label: str, make_loader: Callable[[], Any], epochs: int, db: str)
     pairs = list(zip(rates["watched"], rates["plain"], strict=True))
     best = max(rates["watched"]) / max(rates["plain"])
     costs_us = [(1 / w - 1 / p) * 1e6 for w, p in pairs]
-    print(
-        f"{label}, continuous: plain {statistics.median(rates['plain']):,.0f} batches/s; watched/plain {_spread(pairs)} "
+    figures = (
+        f"plain {statistics.median(rates['plain']):,.0f} batches/s; watched/plain {_spread(pairs)} "
         f"over {epochs} epoch pairs, best/best {best:.3f}; {statistics.median(costs_us):.2f} us added per batch; "
-        f"{dropped:,} dropped",
-        flush=True,
+        f"{dropped:,} dropped"
     )
+    print(shown(others, f"{label}, continuous", figures), flush=True)
 
 
 def memory(batches: int, db: str) -> None:

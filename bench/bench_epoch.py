@@ -35,6 +35,9 @@ from torch.utils.data import DataLoader, TensorDataset
 import collector
 from collector.record import loader_probe
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from quiet import Others
+
 SIDES = ("plain", "watched", "no-hook", "no-probe")
 
 
@@ -69,7 +72,7 @@ def measure(start: str, workers: int, epochs: int, db: str) -> dict[str, list[tu
             session._open_iterator = (
                 (lambda: (session._iterate(session.loader), 0)) if name != "watched" else original_open
             )
-            loader_probe.attach = (lambda it: None) if name == "no-probe" else original_attach
+            loader_probe.attach = (lambda it, warn: None) if name == "no-probe" else original_attach
             try:
                 return iter(watched)
             finally:
@@ -124,7 +127,11 @@ def main() -> None:
     )
     with tempfile.TemporaryDirectory() as tmp:
         for start in ("fork", "spawn") if args.start == "both" else (args.start,):
-            report(start, measure(start, args.workers, args.epochs, os.path.join(tmp, f"{start}.sqlite")))
+            with Others() as others:
+                results = measure(start, args.workers, args.epochs, os.path.join(tmp, f"{start}.sqlite"))
+            if others.quiet:
+                report(start, results)
+            print(f"{start}: {others.label()}{'' if others.quiet else ': no figure'}", flush=True)
 
 
 if __name__ == "__main__":

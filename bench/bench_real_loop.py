@@ -16,7 +16,15 @@ difference against plain:
 - where the extra time goes: start-up (spawn to the first iter()), iter()
   per epoch (worker start-up), blocked in next() per batch, the end of the
   run (the loops' end to exit), and the CPU of the whole process tree
-  (training process, workers, the collector's thread and writer process).
+  (training process, workers, the collector's thread and writer process);
+- CPU by part: the process tree is polled every 20 ms (bench/quiet.py
+  ``Parts``): our writer, monitor thread and verdict helper, each before,
+  in and after the loops, and the training thread and the job's other
+  threads and workers against plain. Target (issue 27): ours at most 1%
+  of the plain job's CPU; in the loops at most 1.02, whole at most 1.04.
+
+Rounds in which other processes used more than 5% of a core (``--max-others``)
+are left out, and with none left no figure is printed.
 
 A side ``run@base`` or ``watch@base`` runs the collector at $STALLWATCH_BASE
 instead (e.g. a checkout before a change), interleaved with the others;
@@ -36,13 +44,19 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from pipelines import make_jpegs  # noqa: E402
+from quiet import QUIET_CORES, Others, Parts  # noqa: E402
 
 SCRIPT = str(HERE / "train_images.py")
+POLL_S = 0.02  # Parts misses what a helper of ours spends after the last poll before it ends
+OURS = ("writer", "monitor", "verdict", "tuner")
 HOG = "import os\nos.nice(0)\nwhile True: pass"
+# issue 27: the held-out short-epoch job, in the loops and whole; our CPU against the job's
+LOOP_TARGET, WHOLE_TARGET, CPU_TARGET = 1.02, 1.04, 0.01
 
 
 # Each side's command before the program's arguments; variants of ``run`` split its cost into parts.
@@ -55,8 +69,8 @@ SIDES = {
 }
 
 
-def run_side(side: str, data: str, epochs: int, workdir: str, extra: list[str]) -> dict[str, float]:
-    """One process of one side: its wall time, its tree's CPU seconds and the program's own meters.
+def command(side: str, data: str, epochs: int, workdir: str, extra: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment of one side's process.
 
     A side named ``SIDE@base`` runs the collector found at $STALLWATCH_BASE (another checkout: a before/after
     comparison interleaved in one benchmark).
@@ -67,26 +81,48 @@ def run_side(side: str, data: str, epochs: int, workdir: str, extra: list[str]) 
     args = [data, "--epochs", str(epochs), *extra]
     db = os.path.join(workdir, f"{side}-{time.monotonic_ns()}.sqlite")
     if side == "plain":
-        cmd = [sys.executable, SCRIPT, *args]
-    elif side.split("@")[0] == "watch":
-        cmd = [sys.executable, SCRIPT, *args, "--watch", db]
-    else:
-        head = SIDES[side.split("@")[0]]
-        cmd = [sys.executable, *head[:3], "--db", db, *head[3:], SCRIPT, *args]
-    with tempfile.TemporaryFile("w+") as err:
+        return [sys.executable, SCRIPT, *args], env
+    if side.split("@")[0] == "watch":
+        return [sys.executable, SCRIPT, *args, "--watch", db], env
+    head = SIDES[side.split("@")[0]]
+    return [sys.executable, *head[:3], "--db", db, *head[3:], SCRIPT, *args], env
+
+
+def run_side(side: str, data: str, epochs: int, workdir: str, extra: list[str]) -> dict[str, Any]:
+    """One process of one side: its wall time, its tree's CPU seconds, by part, and the program's own meters.
+
+    The tree is polled every POLL_S for its CPU by part (bench/quiet.py ``Parts``) and the machine's
+    other CPU is measured around it (``Others``: a hog of ours is in our tree, so it is not counted).
+    """
+    cmd, env = command(side, data, epochs, workdir, extra)
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err, Others() as others:
         t_spawn = time.time()
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
-        out = proc.stdout.read() if proc.stdout else ""
-        _, status, usage = os.wait4(proc.pid, 0)  # CPU of the process and every descendant it reaped
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, env=env)
+        parts = Parts(proc.pid)
+        while True:
+            parts.poll()
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)  # CPU of the process and every descendant it reaped
+            if pid:
+                break
+            time.sleep(POLL_S)
         t_exit = time.time()
         proc.returncode = os.waitstatus_to_exitcode(status)
         if proc.returncode != 0:
             err.seek(0)
             raise RuntimeError(f"{side} exited {proc.returncode}: {' '.join(cmd)}\n{err.read()[-2000:]}")
-    meters = json.loads(next(line for line in out.splitlines() if line.startswith("{")))
+        out.seek(0)
+        meters = json.loads(next(line for line in out.read().splitlines() if line.startswith("{")))
+    cpu = usage.ru_utime + usage.ru_stime
+    at_loops, at_end, final = parts.at(meters["t_loops"]), parts.at(meters["t_loops_end"]), parts.final
+    ours = {part: final.get(part, 0.0) for part in OURS}
     return {
         "wall_s": t_exit - t_spawn,
-        "cpu_s": usage.ru_utime + usage.ru_stime,
+        "cpu_s": cpu,
+        "job_cpu_s": cpu - sum(ours.values()),
+        "ours": ours,
+        "before_loops": {part: at_loops.get(part, 0.0) for part in (*OURS, "job_main")},
+        "after_loops": {part: final.get(part, 0.0) - at_end.get(part, 0.0) for part in (*OURS, "job_main")},
+        "main_s": final.get("job_main", 0.0),
         "loop_s": meters["loop_s"],
         "iter_s": meters["iter_s"],
         "wait_s": meters["wait_s"] - meters["last_s"],
@@ -96,6 +132,7 @@ def run_side(side: str, data: str, epochs: int, workdir: str, extra: list[str]) 
         "end_s": t_exit - meters["t_loops_end"],
         "loss": meters["loss"],
         "load": os.getloadavg()[0],
+        "others_cores": others.cores,
     }
 
 
@@ -118,8 +155,6 @@ def summarise(rounds: list[dict[str, dict[str, float]]], side: str, epochs: int)
     same_loss = all(r[side]["loss"] == r["plain"]["loss"] for r in rounds)
     wall = statistics.median(ratios("wall_s"))
     extra_s = statistics.median(diffs("wall_s"))
-    plain_s = statistics.median(r["plain"]["wall_s"] for r in rounds)
-    allowed_s = max(0.02 * plain_s, 0.3)
     loop = statistics.median(ratios("loop_s"))
     return [
         f"{side} / plain over {len(rounds)} rounds (identical final loss: {same_loss}):",
@@ -132,9 +167,47 @@ def summarise(rounds: list[dict[str, dict[str, float]]], side: str, epochs: int)
         line("blocked in next() per batch", diffs("wait_s", "batches"), " ms", 1e3),
         line("end of run (loops' end to exit)", diffs("end_s"), " ms", 1e3),
         line("CPU of the process tree", diffs("cpu_s"), " ms", 1e3),
-        f"  targets: in the loops {loop:.3f} (<= 1.01: {'met' if loop <= 1.01 else 'NOT met'}); whole process "
-        f"{wall:.3f}, {extra_s * 1e3:+.0f} ms (<= {allowed_s * 1e3:.0f} ms: {'met' if extra_s <= allowed_s else 'NOT met'})",
+        f"  targets: in the loops {loop:.3f} (<= {LOOP_TARGET}: {'met' if loop <= LOOP_TARGET else 'NOT met'}); "
+        f"whole process {wall:.3f} (<= {WHOLE_TARGET}: {'met' if wall <= WHOLE_TARGET else 'NOT met'}), "
+        f"{extra_s * 1e3:+.0f} ms",
+        *cpu_by_part(rounds, side),
     ]
+
+
+def cpu_by_part(rounds: list[dict[str, dict[str, Any]]], side: str) -> list[str]:
+    """Where our CPU goes: each part's median over rounds, in ms a run and as a share of the plain job's CPU."""
+    job = statistics.median(r["plain"]["cpu_s"] for r in rounds)
+
+    def ms(values: list[float]) -> str:
+        v = sorted(values)
+        return f"{statistics.median(v) * 1e3:+7.1f} ms ({statistics.median(v) / job:6.2%}; {v[0] * 1e3:+.0f} to {v[-1] * 1e3:+.0f})"
+
+    def main_thread(r: dict[str, Any], phase: str) -> float:
+        if phase == "in":
+            return r["main_s"] - r["before_loops"]["job_main"] - r["after_loops"]["job_main"]
+        return r[f"{phase}_loops"]["job_main"]
+
+    lines = [f"  CPU by part, median a run ({job:.2f} s of CPU for the plain job = 100%):"]
+    for part in OURS:
+        total = [r[side]["ours"][part] for r in rounds]
+        if max(total) > 0:
+            lines.append(f"    {part + ' (ours)':<34}{ms(total)}")
+            lines.append(f"      {'before the loops':<32}{ms([r[side]['before_loops'][part] for r in rounds])}")
+            lines.append(f"      {'after the loops':<32}{ms([r[side]['after_loops'][part] for r in rounds])}")
+    ours = [sum(r[side]["ours"].values()) for r in rounds]
+    for phase, label in (("before", "start-up"), ("in", "in the loops"), ("after", "after the loops")):
+        extra = [main_thread(r[side], phase) - main_thread(r["plain"], phase) for r in rounds]
+        lines.append(f"    {'training thread, ' + label + ', vs plain':<34}{ms(extra)}")
+    others = [
+        (r[side]["job_cpu_s"] - r[side]["main_s"]) - (r["plain"]["job_cpu_s"] - r["plain"]["main_s"]) for r in rounds
+    ]
+    lines.append(f"    {'workers, torch threads, vs plain':<34}{ms(others)}")
+    lines.append(f"    {'process tree, vs plain':<34}{ms([r[side]['cpu_s'] - r['plain']['cpu_s'] for r in rounds])}")
+    share = statistics.median(ours) / job
+    lines.append(
+        f"    {'ours, measured by part':<34}{ms(ours)}: target <= {CPU_TARGET:.0%}: {'met' if share <= CPU_TARGET else 'NOT met'}"
+    )
+    return lines
 
 
 def main() -> None:
@@ -146,6 +219,7 @@ def main() -> None:
     parser.add_argument("--sides", default="plain,run,watch", help=f"of {', '.join(SIDES)}")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--width", type=int, default=8, help="the CNN's width: 8 gives epochs of about 1 s here")
+    parser.add_argument("--max-others", type=float, default=QUIET_CORES, help="cores; noisier rounds are left out")
     parser.add_argument("--save", metavar="JSON", help="also write every round's figures there")
     args = parser.parse_args()
     sides = args.sides.split(",")
@@ -169,11 +243,20 @@ def main() -> None:
                 order = sides[i % len(sides) :] + sides[: i % len(sides)]
                 rounds.append({side: run_side(side, data, args.epochs, workdir, extra) for side in order})
                 walls = ", ".join(f"{s} {rounds[-1][s]['wall_s']:.2f} s" for s in sides)
-                print(f"round {i + 1}: {walls} (load {rounds[-1][order[-1]]['load']:.2f})", flush=True)
+                others = max(rounds[-1][s]["others_cores"] for s in sides)
+                print(
+                    f"round {i + 1}: {walls} (load {rounds[-1][order[-1]]['load']:.2f}, others {others:.3f} cores)",
+                    flush=True,
+                )
     finally:
         for hog in hogs:
             hog.kill()
             hog.wait()
+    noisy = [r for r in rounds if max(r[s]["others_cores"] for s in sides) > args.max_others]
+    print(f"{len(noisy)} of {len(rounds)} rounds left out: other processes used more than {args.max_others} of a core")
+    rounds = [r for r in rounds if r not in noisy]
+    if not rounds:
+        raise SystemExit("no quiet round: no figure printed")
     loads = sorted(r[s]["load"] for r in rounds for s in sides)
     print(f"load average during the rounds: median {statistics.median(loads):.2f} ({loads[0]:.2f} to {loads[-1]:.2f})")
     for side in sides[1:]:

@@ -49,6 +49,31 @@ def test_two_dataloaders_make_two_runs_named_where_they_were_created_and_the_exi
     assert "two_loaders.py:19 (run 1):" in done.stderr
 
 
+WRITER_PIDS = """
+import psutil, torch
+from torch.utils.data import DataLoader
+
+def writers():
+    return [p.pid for p in psutil.Process().children() if "collector.writer.child" in " ".join(p.cmdline())]
+
+before = writers()
+for _ in DataLoader(torch.arange(8), batch_size=4):
+    pass
+print(before, writers())
+"""
+
+
+@pytest.mark.slow
+def test_the_writer_starts_before_the_script_and_its_first_loader_joins_it(tmp_path: Path) -> None:
+    script = tmp_path / "writer_pids.py"
+    script.write_text(WRITER_PIDS)
+    done = collector_run(tmp_path, "--no-verdict", str(script))
+    assert done.returncode == 0, done.stderr
+    before, during = json.loads(done.stdout.strip().replace("] [", "], [").join("[]"))
+    assert len(before) == 1 and during == before  # booted beside the script's imports, then joined: one writer
+    assert query(str(tmp_path / "run.sqlite"), "SELECT COUNT(*) FROM batches") == [(2,)]
+
+
 @pytest.mark.slow
 def test_a_failing_script_keeps_its_traceback_and_exit_code_1_and_its_runs_are_marked_crashed(tmp_path: Path) -> None:
     done = collector_run(tmp_path, str(SCRIPT), "0", "--fail")

@@ -9,7 +9,7 @@ import time
 
 import psutil
 import pytest
-from helpers import wait_until
+from helpers import wait_until, writers_alive
 
 from collector.sample.sampler import Rates
 from collector.verdict.helper import VerdictHelper
@@ -168,3 +168,28 @@ def test_a_silent_writer_is_stuck_unless_it_waits_for_a_core_and_then_only_up_to
             assert writer.health() == health, (silent_s, is_runnable)
     finally:
         writer.kill()
+
+
+def test_our_threads_and_helper_processes_carry_their_names_in_the_os(tmp_path):
+    import torch
+    from torch.utils.data import DataLoader
+
+    import collector
+
+    def comms(pid: int) -> set[str]:
+        return {open(f"/proc/{pid}/task/{tid}/comm").read().strip() for tid in os.listdir(f"/proc/{pid}/task")}
+
+    watched = collector.watch(DataLoader(torch.arange(8)), db=str(tmp_path / "names.sqlite"), gpu_hz=0)
+    for _ in watched:
+        pass
+    try:
+        (writer,) = writers_alive()
+        assert "sw-monitor" in comms(os.getpid())
+        assert wait_until(lambda: {"sw-writer", "sw-ping"} <= comms(writer.pid))
+    finally:
+        watched.close()
+    helper = VerdictHelper()
+    try:
+        assert wait_until(lambda: helper.ready) and "sw-verdict" in comms(helper.pid)
+    finally:
+        end_child(helper.pid)

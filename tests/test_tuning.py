@@ -16,8 +16,9 @@ from collector.diagnosis import diagnose
 from collector.diagnosis.model import Setting
 from collector.errors import CollectorWarning
 from collector.record import tuning
-from collector.record.tuning import apply, setting_of, tune_every
+from collector.record.tuning import apply, setting_of
 from collector.tune.advisor import Advisor
+from collector.tune.every import tune_every
 from collector.tune.policy import BASELINE_EPOCHS, NOISE_FLOOR, Policy, Proposal, Segment
 
 START = Setting(num_workers=0, threads=2, prefetch_factor=None)

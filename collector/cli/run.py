@@ -88,8 +88,9 @@ def _main(args: argparse.Namespace) -> int:
     from collector.record.autowatch import AutoWatch
     from collector.record.childboot import child_environment, set_environment
     from collector.record.runinfo import job_start
-    from collector.record.tuning import tune_every
+    from collector.tune.every import tune_every
     from collector.verdict.helper import start_helper
+    from collector.writer.channel import prestart
 
     if args.module is not None:
         if not args.module:
@@ -116,6 +117,7 @@ def _main(args: argparse.Namespace) -> int:
         os.path.abspath(args.db), args.gpu_hz, args.host_hz, tags, os.environ, keep_batches=args.keep_batches, tune=tune
     )
     helper = None if args.no_verdict else start_helper()  # NOTE [ Verdict beside the job ]
+    prestart()  # the writer boots beside the script's imports: NOTE [ One writer a process ]
     restore = set_environment({**children, **job_start(os.environ)})
     try:
         code, exit_request = run_script(target, script_args, is_module, auto)

@@ -18,6 +18,7 @@ from collector.sample.sampler import HostFactory, NvmlFactory, Rates
 from collector.writer.batch_records import EPOCH, IDX, PAIR_BYTES
 from collector.writer.frames import EpochRow, Flush, Open, Reply, RunCreated, RunStart, Unwritten, Warned
 from collector.writer.link import launch
+from collector.writer.names import name_this_thread
 from collector.writer.supervisor import RESTART_MIN_S, Supervisor
 
 FLUSH_INTERVAL_S = 0.2  # the issue asks for at least every 250 ms
@@ -120,6 +121,7 @@ class Monitor(threading.Thread):
         # started, and then waits for the GIL: hand it back at once rather than
         # after the writer's handshake (NOTE [ The collector's own time ]).
         time.sleep(0)
+        name_this_thread("monitor")  # NOTE [ Named threads ]
         try:
             self._open()
         finally:

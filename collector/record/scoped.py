@@ -10,10 +10,10 @@ from collector.errors import CollectorWarning
 from collector.record import autowatch
 from collector.record.live import keep_only, prepare_reading
 from collector.record.runinfo import job_start
-from collector.record.tuning import tune_every
 from collector.sample.sampler import Rates
 from collector.store.fold import DEFAULT_KEEP_BATCHES
 from collector.store.schema import DEFAULT_DB, default_db_path
+from collector.tune.every import tune_every
 
 
 class Scoped:

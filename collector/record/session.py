@@ -12,7 +12,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from multiprocessing import get_context
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from collector.record import cuda_idle, exits, loader_probe, worker_timing
 from collector.record.cuda_idle import IdleResolver
@@ -23,12 +23,13 @@ from collector.record.load_clock import LoadClock
 from collector.record.monitor import Monitor
 from collector.record.plain_loop import plain_loop
 from collector.record.runinfo import command_line, distributed, job_id, loader_config, resumes, versions
-from collector.record.tuning import LiveTuner, TunedEvents
-from collector.record.windows import follow
 from collector.record.worker_timing import TimingRings, WorkerHook
 from collector.sample.host import host_facts
 from collector.sample.sampler import Rates
 from collector.writer.frames import RunStart
+
+if TYPE_CHECKING:
+    from collector.record.tuning import LiveTuner
 
 CLOSE_TIMEOUT_S = 2.5  # the monitor ends a stuck writer within LINK_CLOSE_TIMEOUT_S (1.5 s) of it
 CLOSE_GRACE_S = 1.0  # see Session.close_soon
@@ -82,7 +83,9 @@ class Session:
         self.monitor = Monitor(db, start, self.shared, rates, **monitor_kwargs)
         self._started = False
         self.tuner: LiveTuner | None = None
-        if tune is not None:
+        if tune is not None:  # imported here: an untuned job does not pay for the tuner's imports
+            from collector.record.tuning import LiveTuner, TunedEvents
+
             self.tuner = LiveTuner(loader, self.shared, db, tune, run_id=lambda: self.monitor.run_id)
             self.shared.epoch_events = TunedEvents(100_000, self.tuner, self._wall_of)
 
@@ -166,6 +169,8 @@ class Session:
             full.owner = owner
             loop = full.iterator()
             if windowed is not None:
+                from collector.record.windows import follow
+
                 windowed.retarget = functools.partial(follow, full, self.monitor.warn)
         own_ns = time.perf_counter_ns() - t_start - iter_ns  # See NOTE [ The collector's own time ]
         self.shared.epoch_events.append(EpochStarted(epoch, t_start, pids, threads, own_ns, setting))

@@ -16,18 +16,7 @@ from collector.record.handover import EpochEnded, Shared
 from collector.record.loader_setting import apply, setting_of, target_of
 from collector.record.windows import Lent, SeedKept, Windowed, restartable
 from collector.tune.advisor import Advisor, AdvisorError
-from collector.tune.policy import DEFAULT_EVERY, Policy, Proposal, Segment, Setting, setting_json
-
-
-def tune_every(tune: bool | int) -> int | None:
-    """``tune=`` as given to watch() and the callbacks: None (off), or at most one epoch in N on a trial."""
-    if tune is False or tune is None:
-        return None
-    if tune is True:
-        return DEFAULT_EVERY
-    if isinstance(tune, int) and tune >= 2:
-        return tune
-    raise ValueError(f"tune must be True, False or an integer N >= 2 (at most one epoch in N on a trial), got {tune!r}")
+from collector.tune.policy import Policy, Proposal, Segment, Setting, setting_json
 
 
 class LiveTuner:

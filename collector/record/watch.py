@@ -14,11 +14,11 @@ from collector.record.live import LogFn, check_log, prepare_reading
 from collector.record.origin import user_frame
 from collector.record.runinfo import generated_name
 from collector.record.session import READY_TIMEOUT_S, Session
-from collector.record.tuning import tune_every
 from collector.record.worker_timing import TimingRings
 from collector.sample.sampler import DEFAULT_GPU_HZ, DEFAULT_HOST_HZ, Rates
 from collector.store.fold import DEFAULT_KEEP_BATCHES
 from collector.store.schema import DEFAULT_DB, default_db_path
+from collector.tune.every import tune_every
 
 
 class WatchedLoader:

@@ -13,6 +13,7 @@ from typing import Any
 
 from collector.diagnosis.model import Setting
 from collector.tune.policy import Proposal, setting_from
+from collector.writer.names import name_this_thread
 from collector.writer.spawn import end_child, forget_in_forks, start_child
 
 # NOTE [ The tuner's helper ]
@@ -132,6 +133,8 @@ def _decode(line: bytes) -> Proposal | str:
 def serve() -> None:
     """In the helper: import the diagnosis, then answer each question line with one answer line until input ends."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    name_this_thread("tuner")  # NOTE [ Named threads ] in collector/writer/names.py
+    sys.modules.setdefault("pyarrow", None)  # type: ignore[arg-type]  # pandas without pyarrow: NOTE [ Verdict beside the job ]
     from collector.tune.propose import propose
 
     for line in sys.stdin.buffer:

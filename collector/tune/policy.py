@@ -10,6 +10,7 @@ from typing import Any
 
 from collector.diagnosis.model import Setting
 from collector.diagnosis.tuned_line import line
+from collector.tune.every import DEFAULT_EVERY
 
 # NOTE [ Live tuning ]
 # A prediction carries the machine's noise (about 12% run to run on a shared
@@ -35,7 +36,6 @@ from collector.diagnosis.tuned_line import line
 BASELINE_EPOCHS = 2  # epochs at the user's own setting before the first trial (the second measures its noise)
 NOISE_FLOOR = 0.03  # a difference smaller than this is never taken as a gain
 MAX_TRIALS = 8
-DEFAULT_EVERY = 4  # at most one epoch in four on a trial once a gain is kept
 
 
 def setting_json(setting: Setting, trial: bool = False) -> str:

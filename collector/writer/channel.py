@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import select
 import threading
 import time
@@ -20,6 +21,10 @@ from collector.writer.spawn import at_fork_in_child, raise_to_ours
 # the last run's Close ends it; a run that starts after that starts the next
 # one. Its health is every channel's: a writer one run finds dead or stuck
 # (and kills) is replaced, on a new child, by each run that was on it.
+# ``collector run`` starts the writer before the script (``prestart``): its
+# boot then runs beside the script's own imports, on a core they leave idle,
+# not beside the first epoch. A writer no run joins ends with the process
+# (the end of its input).
 
 _lock = threading.Lock()  # guards _current: which writer a starting run joins
 _current: WriterProcess | None = None
@@ -33,6 +38,15 @@ def _join(opening: Open) -> tuple[WriterProcess, int]:
         if process is None or process.retired or process.poll() is not None:
             process = _current = WriterProcess()
         return process, process.open_channel(opening)
+
+
+def prestart() -> None:
+    """Start the process's writer now, for the first run to join; nothing where one runs or none can start."""
+    global _current
+    with _lock:
+        if _current is None or _current.retired or _current.poll() is not None:
+            with contextlib.suppress(OSError):
+                _current = WriterProcess()
 
 
 def _forget() -> None:

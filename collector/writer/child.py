@@ -28,6 +28,7 @@ from collector.writer.frames import (
     encode_channel_replies,
     open_failure,
 )
+from collector.writer.names import name_this_thread
 from collector.writer.pipe import WAITED, FrameReader, write_frame
 from collector.writer.sink import PING_INTERVAL_S, Sink
 
@@ -65,6 +66,7 @@ class Replies:
 
     def ping_forever(self) -> None:
         """Say "alive" whenever nothing else was said for PING_INTERVAL_S (NOTE [ Writer health ] in process.py)."""
+        name_this_thread("ping")
         with contextlib.suppress(OSError, ValueError):
             while True:
                 time.sleep(max(0.0, self._sent_at + PING_INTERVAL_S - time.monotonic()))
@@ -123,6 +125,7 @@ class Runs:
 
 def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    name_this_thread("writer")  # NOTE [ Named threads ]
     incoming, replies = FrameReader(sys.stdin.fileno()), Replies(sys.stdout.buffer)
     threading.Thread(target=replies.ping_forever, name="stallwatch-ping", daemon=True).start()
     runs = Runs(replies)
