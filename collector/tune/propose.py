@@ -19,16 +19,24 @@ POLL_S = 0.05
 
 
 def propose(
-    db: str, run_id: int, current: Setting, tried: list[Setting], *, fixed_workers: bool, epoch: int | None = None
+    db: str,
+    run_id: int,
+    current: Setting,
+    tried: list[Setting],
+    *,
+    fixed_workers: bool,
+    epoch: int | None = None,
+    correction: float = 1.0,
 ) -> dict[str, Any]:
-    """{"baseline", "setting", "predicted", "low", "high"}, or {"none": why}.
+    """{"baseline", "setting", "predicted", "low", "high"} (the model's own), or {"none": why}.
 
     The model is built from the run's epochs at ``current`` (the setting the
     tuner has settled on: collector/diagnosis/data.py), once ``epoch`` has
     reached the file. The candidates are the diagnosis's own (``candidates``),
     less those tried and, for an IterableDataset, those with another worker
     count; ``choose`` picks among them and ``current``, as for the report's
-    recommendation, so no change wins where nothing is clearly better.
+    recommendation, so no change wins where nothing is clearly better: each ranked by its predicted
+    gain times ``correction``, the policy's from the trials so far (NOTE [ Measurement steers the model ]).
     """
     reader = Reader(db)
     if epoch is not None:
@@ -47,9 +55,10 @@ def propose(
     ]
     if not allowed:
         return {"none": "every setting worth trying was tried"}
-    chosen, _ = choose(model, [current, *allowed])
+    chosen, _ = choose(model, [current, *allowed], correction=correction)
     if chosen.setting == current or not chosen.changes or chosen.speedup <= 1.0:
-        return {"none": f"no untried setting is predicted to beat the current one (best {chosen.speedup:.2f}x)"}
+        best = 1.0 + (max(model.speedup(s) for s in allowed) - 1.0) * correction
+        return {"none": f"no untried setting is predicted to beat the current one (best {best:.2f}x, corrected)"}
     return {
         "baseline": asdict(current),
         "setting": asdict(chosen.setting),
