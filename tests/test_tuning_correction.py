@@ -7,6 +7,7 @@ import pytest
 from collector.diagnosis.choose import candidates, choose
 from collector.diagnosis.model import EpochModel, Setting
 from collector.tune.policy import MAX_CORRECTION, MAX_TRIALS, MIN_CORRECTION, Policy, Proposal, Segment
+from collector.tune.propose import steered
 
 START = Setting(num_workers=0, threads=2, prefetch_factor=None)
 TWO = START.but(num_workers=2, prefetch_factor=2, persistent_workers=True, threads=1)
@@ -144,5 +145,6 @@ def test_the_helper_ranks_by_the_corrected_gain_so_a_small_one_is_no_longer_with
     )
     settings = [one, *(s for s in candidates(model) if s != one)]
     assert choose(model, settings)[0].setting == one
-    chosen, _ = choose(model, settings, correction=MAX_CORRECTION)
-    assert chosen.setting.num_workers > 1 and chosen.speedup == pytest.approx(model.speedup(chosen.setting))
+    chosen, _ = choose(steered(model, MAX_CORRECTION), settings)
+    assert chosen.setting.num_workers > 1
+    assert chosen.speedup == pytest.approx(1.0 + (model.speedup(chosen.setting) - 1.0) * MAX_CORRECTION)

@@ -79,9 +79,7 @@ def candidates(model: EpochModel, *, prefetch: int | None = None) -> list[Settin
     return out
 
 
-def choose(
-    model: EpochModel, settings: Iterable[Setting], *, correction: float = 1.0
-) -> tuple[Prediction, list[Prediction]]:
+def choose(model: EpochModel, settings: Iterable[Setting]) -> tuple[Prediction, list[Prediction]]:
     """(the setting to recommend, the alternatives considered), each with its prediction.
 
     The least change within C.CLOSE of the best wins (the recorded setting, if it is a candidate that
@@ -90,11 +88,9 @@ def choose(
     workers have less than C.SURPLUS headroom, the least change whose workers have it is taken if
     the model gives it C.ROBUST of the best (not beyond a worker a core for CPU-bound loading: more
     only share the same cores). I/O-bound loading then gets C.IO_SURPLUS times its workers: storage
-    latency varies and a sleeping worker costs only memory. The live tuner ranks by each predicted
-    gain times ``correction`` (NOTE [ Measurement steers the model ] in collector/tune/policy.py);
-    the predictions returned are the model's own.
+    latency varies and a sleeping worker costs only memory.
     """
-    scores = {s: 1.0 + (model.speedup(s) - 1.0) * correction for s in dict.fromkeys(settings)}
+    scores = {s: model.speedup(s) for s in dict.fromkeys(settings)}
     best = max(scores.values(), default=1.0)
     near = [s for s, v in scores.items() if v >= C.CLOSE * best] or [model.recorded]
     pick = model.recorded if model.recorded in near else _least_change(model, near)

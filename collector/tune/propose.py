@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from collector.diagnosis import rules_memory
 from collector.diagnosis.build import build_model
-from collector.diagnosis.choose import candidates, choose
+from collector.diagnosis.choose import candidates, choose, predict
 from collector.diagnosis.data import load_run
-from collector.diagnosis.model import Setting
+from collector.diagnosis.model import EpochModel, Setting
 from collector.diagnosis.stats import measure
 from collector.store.reader import Reader
 
@@ -55,10 +55,10 @@ def propose(
     ]
     if not allowed:
         return {"none": "every setting worth trying was tried"}
-    chosen, _ = choose(model, [current, *allowed], correction=correction)
+    ranked, _ = choose(steered(model, correction), [current, *allowed])
+    chosen = predict(model, ranked.setting)  # the model's own prediction: the policy corrects it
     if chosen.setting == current or not chosen.changes or chosen.speedup <= 1.0:
-        best = 1.0 + (max(model.speedup(s) for s in allowed) - 1.0) * correction
-        return {"none": f"no untried setting is predicted to beat the current one (best {best:.2f}x, corrected)"}
+        return {"none": f"no untried setting is predicted to beat the current one (best {ranked.speedup:.2f}x)"}
     return {
         "baseline": asdict(current),
         "setting": asdict(chosen.setting),
@@ -66,6 +66,23 @@ def propose(
         "low": chosen.low,
         "high": chosen.high,
     }
+
+
+@dataclass(frozen=True)
+class Steered(EpochModel):
+    """The model with each predicted gain scaled by the tuner's correction (NOTE [ Measurement steers the model ])."""
+
+    correction: float = 1.0
+
+    def speedup(self, setting: Setting) -> float:
+        return 1.0 + (EpochModel.speedup(self, setting) - 1.0) * self.correction
+
+
+def steered(model: EpochModel, correction: float) -> EpochModel:
+    """``model`` ranking by its gains times ``correction``: the diagnosis's ``choose`` then picks as the tuner would."""
+    if correction == 1.0:
+        return model
+    return Steered(**{f.name: getattr(model, f.name) for f in fields(model)}, correction=correction)
 
 
 def _wait_for_epoch(reader: Reader, run_id: int, epoch: int) -> None:
