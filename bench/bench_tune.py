@@ -9,7 +9,8 @@ process: untuned, tuned, and at each static setting of a small grid. Printed per
   (target >= 0.90), and the epoch by which the tuned run first came within 10% of the best
 - slow epochs: tuned epochs 10% or more slower than the untuned run's median (target <= 1)
 - for the healthy demo: the tuned run's total time over the untuned run's (target <= 1.02)
-- others: other processes' CPU during the runs, in cores (runs over 0.05 are marked)
+- others: other processes' CPU during the runs, in cores (runs over 0.05 are marked), and the load average
+- the tuned run's trials: epoch, the change, predicted (corrected) and measured speed-up, kept, why
 
 ``--hog`` runs a CPU hog (one busy process a core) beside every run.
 
@@ -26,6 +27,7 @@ untuned rate.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing
 import os
@@ -204,6 +206,26 @@ def _bench(args: argparse.Namespace, pipeline: str, db: str) -> None:
         flush=True,
     )
     print(f"  untuned {[round(t, 2) for t in untuned]}\n  tuned   {[round(t, 2) for t in tuned]}", flush=True)
+    print(f"  load average {os.getloadavg()[0]:.2f}", flush=True)
+    for line in _trials(db, "tuned"):
+        print(f"  trial {line}", flush=True)
+
+
+def _trials(db: str, run: str) -> list[str]:
+    """The run's trials, one line each: epoch, the setting, predicted and measured speed-up, kept, why."""
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(db)) as con:
+        rows = con.execute(
+            "SELECT t.epoch, t.setting, t.predicted_speedup, t.measured_speedup, t.kept, t.why FROM trials t "
+            "JOIN runs r ON r.id = t.run_id WHERE r.name = ? ORDER BY t.epoch, t.start_idx",
+            (run,),
+        ).fetchall()
+    return [
+        f"epoch {epoch} {setting}: predicted {predicted:.2f}x, measured {measured:.2f}x, "
+        f"{'kept' if kept else 'reverted'} ({why})"
+        for epoch, setting, predicted, measured, kept, why in rows
+    ]
 
 
 def _bench_long(args: argparse.Namespace, pipeline: str, db: str) -> None:

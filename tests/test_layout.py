@@ -11,7 +11,19 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED = {"errors", "version"}  # every stage may raise a public error (errors.py) and read __version__ (version.py)
 # stage -> the stages it may import (besides itself and SHARED)
 ALLOWED = {
-    "cli": {"sweep", "record", "tune", "writer", "sample", "store", "diagnosis", "export", "verdict", "report", "__init__"},
+    "cli": {
+        "sweep",
+        "record",
+        "tune",
+        "writer",
+        "sample",
+        "store",
+        "diagnosis",
+        "export",
+        "verdict",
+        "report",
+        "__init__",
+    },
     "export": {"store", "diagnosis"},
     "sweep": {"record", "store", "diagnosis"},
     "record": {"writer", "sample", "store", "tune", "export"},

@@ -114,8 +114,8 @@ class LiveTuner:
                 self.shared.trials.append(trial.row())
             run_id = self._run_id()
             if self.advisor is not None and run_id is not None and self.policy.wants_proposal():
-                tried = sorted(self.policy.tried, key=repr)
-                self.advisor.ask(self.db, run_id, epoch, self.policy.current, tried, self.iterable)
+                tried, correction = sorted(self.policy.tried, key=repr), self.policy.correction()
+                self.advisor.ask(self.db, run_id, epoch, self.policy.current, tried, self.iterable, correction)
             return trial is not None and not trial.kept
         except Exception as exc:  # noqa: BLE001 - the tuner's boundary
             self.fail(exc)

@@ -51,7 +51,14 @@ class Advisor:
         forget_in_forks(self)  # NOTE [ Forked children ] in collector/writer/spawn.py
 
     def ask(
-        self, db: str, run_id: int, epoch: int | None, current: Setting, tried: list[Setting], fixed_workers: bool
+        self,
+        db: str,
+        run_id: int,
+        epoch: int | None,
+        current: Setting,
+        tried: list[Setting],
+        fixed_workers: bool,
+        correction: float = 1.0,
     ) -> None:
         """Send a question about the run once ``epoch`` is in the file (None: a window, now); answered by a later ``poll``."""
         question = {
@@ -61,6 +68,7 @@ class Advisor:
             "current": asdict(current),
             "tried": [asdict(s) for s in tried],
             "fixed_workers": fixed_workers,
+            "correction": correction,
         }
         try:
             os.write(self._req, json.dumps(question).encode() + b"\n")
@@ -147,6 +155,7 @@ def serve() -> None:
                 [setting_from(s) for s in q["tried"]],
                 fixed_workers=bool(q["fixed_workers"]),
                 epoch=q.get("epoch"),
+                correction=float(q.get("correction", 1.0)),
             )
         except Exception as exc:  # noqa: BLE001 - the helper's boundary: the question's error goes back as the answer
             answer = {"error": f"{type(exc).__name__}: {exc}"}

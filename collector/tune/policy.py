@@ -25,17 +25,40 @@ from collector.tune.every import DEFAULT_EVERY
 # ((slowest - fastest) / fastest of its epochs, at least NOISE_FLOOR), else the
 # loader goes back. A kept trial becomes the setting the next is measured
 # against. Trials stop when no untried setting is predicted to beat the
-# current one by more than its noise, after MAX_TRIALS, or at the first
-# failure. After the first, at most one epoch in ``every`` is a trial, kept or
+# current one by more than its noise (the prediction corrected by the trials
+# so far: NOTE [ Measurement steers the model ]), after MAX_TRIALS, or at the
+# first failure. After the first, at most one epoch in ``every`` is a trial, kept or
 # not: the rest of the run trains at the best setting found. Persistent
 # workers start once a run, and on a short epoch their start fills it: a
 # trial that starts them runs two segments and is judged on the second, as
 # every later epoch at that setting runs.
 # Each trial's measure is an epoch (or, for long epochs, a window of one:
 # ``Segment``), in seconds a batch, so a shorter last epoch compares fairly.
+#
+# NOTE [ Measurement steers the model ]
+# The model can miss a whole class of job the same way each time (a
+# JPEG-decoding pipeline's gain from more workers, say), and a miss of its
+# own kind repeats from the kept setting on. So each trial measured corrects
+# the predictions after it: every predicted gain (speed-up - 1), and its
+# range, is scaled by the job's measured gains over the model's predicted
+# gains, summed over its trials so far, bounded to [MIN_CORRECTION,
+# MAX_CORRECTION]:
+#
+#     correction = sum(measured - 1) / sum(predicted - 1)      over the trials
+#     corrected  = 1 + (predicted - 1) * correction            (low, high alike)
+#
+# A trial that measured well above its prediction lets the next-ranked
+# candidates still pay (within MAX_TRIALS and ``every``); one that measured
+# well below, or slower, makes the model more cautious. The helper ranks its
+# candidates by the corrected gain, and the rule "go on while a candidate is
+# predicted to beat the current setting by more than its noise" compares the
+# corrected one. The trials table holds the corrected prediction; its
+# ``why`` names the model's own and the correction.
 BASELINE_EPOCHS = 2  # epochs at the user's own setting before the first trial (the second measures its noise)
 NOISE_FLOOR = 0.03  # a difference smaller than this is never taken as a gain
 MAX_TRIALS = 8
+MIN_CORRECTION = 1 / 3  # the measured / predicted gain ratio is bounded: one noisy trial moves it at most 3x
+MAX_CORRECTION = 3.0
 
 
 def setting_json(setting: Setting, trial: bool = False) -> str:
@@ -49,13 +72,29 @@ def setting_from(value: dict[str, Any]) -> Setting:
 
 @dataclass(frozen=True)
 class Proposal:
-    """The model's pick against ``baseline``: the setting to try and its predicted speed-up with a range."""
+    """The model's pick against ``baseline``: the setting to try and its predicted speed-up with a range.
+
+    ``predicted``, ``low`` and ``high`` are the model's own; ``correction`` is
+    what the policy scales their gains by (NOTE [ Measurement steers the model ]).
+    """
 
     baseline: Setting
     setting: Setting
     predicted: float
     low: float
     high: float
+    correction: float = 1.0
+
+    def corrected(self, speedup: float) -> float:
+        """A speed-up of the model's with its gain scaled by ``correction``."""
+        return 1.0 + (speedup - 1.0) * self.correction
+
+    def described(self) -> str:
+        """The corrected prediction in words, with the model's own where they differ."""
+        text = f"predicted {self.corrected(self.predicted):.2f}x"
+        if abs(self.correction - 1.0) < 0.005:
+            return text
+        return f"{text} (the model's {self.predicted:.2f}x, its gain x{self.correction:.2f} by this job's trials)"
 
 
 @dataclass(frozen=True)
@@ -86,9 +125,9 @@ class Trial:
             self.ended_at,
             setting_json(self.setting),
             setting_json(self.baseline),
-            p.predicted,
-            p.low,
-            p.high,
+            p.corrected(p.predicted),
+            p.corrected(p.low),
+            p.corrected(p.high),
             self.measured,
             self.noise,
             int(self.kept),
@@ -156,10 +195,11 @@ class Policy:
             return self.current, None
         if proposal is None or proposal.baseline != self.current or proposal.setting in self.tried:
             return self.current, None
-        if proposal.predicted <= 1.0 + self.noise(self.current):
+        proposal = dataclasses.replace(proposal, correction=self.correction())
+        if proposal.corrected(proposal.predicted) <= 1.0 + self.noise(self.current):
             self.done = (
                 f"no setting is predicted to beat {_describe(self.current)} by more than its noise "
-                f"(best {proposal.predicted:.2f}x)"
+                f"(best: {proposal.described()})"
             )
             return self.current, None
         if self.fixed_workers and proposal.setting.num_workers != self.current.num_workers:
@@ -168,6 +208,14 @@ class Policy:
         self._trial_at.append(self._measured)
         self.tried.add(proposal.setting)
         return proposal.setting, proposal
+
+    def correction(self) -> float:
+        """The trials' measured gains over the model's predicted ones, bounded. See NOTE [ Measurement steers the model ]."""
+        predicted = sum(t.proposal.predicted - 1.0 for t in self.trials)
+        if predicted <= 0.0:
+            return 1.0
+        measured = sum(t.measured - 1.0 for t in self.trials)
+        return min(MAX_CORRECTION, max(MIN_CORRECTION, measured / predicted))
 
     def nothing_pays(self, why: str) -> None:
         """The model found no untried setting above 1.0: tuning ends with the current setting."""
@@ -195,6 +243,7 @@ class Policy:
             why = f"measured {speedup:.2f}x, within the {noise:.0%} variation of {_describe(self.current)}"
         else:
             why = f"measured {speedup:.2f}x: slower than {_describe(self.current)}"
+        why += f"; {proposal.described()}"
         trial = Trial(
             epoch=segment.epoch,
             start_idx=segment.start_idx,

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from collector.diagnosis import rules_memory
 from collector.diagnosis.build import build_model
-from collector.diagnosis.choose import candidates, choose
+from collector.diagnosis.choose import candidates, choose, predict
 from collector.diagnosis.data import load_run
-from collector.diagnosis.model import Setting
+from collector.diagnosis.model import EpochModel, Setting
 from collector.diagnosis.stats import measure
 from collector.store.reader import Reader
 
@@ -19,16 +19,24 @@ POLL_S = 0.05
 
 
 def propose(
-    db: str, run_id: int, current: Setting, tried: list[Setting], *, fixed_workers: bool, epoch: int | None = None
+    db: str,
+    run_id: int,
+    current: Setting,
+    tried: list[Setting],
+    *,
+    fixed_workers: bool,
+    epoch: int | None = None,
+    correction: float = 1.0,
 ) -> dict[str, Any]:
-    """{"baseline", "setting", "predicted", "low", "high"}, or {"none": why}.
+    """{"baseline", "setting", "predicted", "low", "high"} (the model's own), or {"none": why}.
 
     The model is built from the run's epochs at ``current`` (the setting the
     tuner has settled on: collector/diagnosis/data.py), once ``epoch`` has
     reached the file. The candidates are the diagnosis's own (``candidates``),
     less those tried and, for an IterableDataset, those with another worker
     count; ``choose`` picks among them and ``current``, as for the report's
-    recommendation, so no change wins where nothing is clearly better.
+    recommendation, so no change wins where nothing is clearly better: each ranked by its predicted
+    gain times ``correction``, the policy's from the trials so far (NOTE [ Measurement steers the model ]).
     """
     reader = Reader(db)
     if epoch is not None:
@@ -47,9 +55,10 @@ def propose(
     ]
     if not allowed:
         return {"none": "every setting worth trying was tried"}
-    chosen, _ = choose(model, [current, *allowed])
+    ranked, _ = choose(steered(model, correction), [current, *allowed])
+    chosen = predict(model, ranked.setting)  # the model's own prediction: the policy corrects it
     if chosen.setting == current or not chosen.changes or chosen.speedup <= 1.0:
-        return {"none": f"no untried setting is predicted to beat the current one (best {chosen.speedup:.2f}x)"}
+        return {"none": f"no untried setting is predicted to beat the current one (best {ranked.speedup:.2f}x)"}
     return {
         "baseline": asdict(current),
         "setting": asdict(chosen.setting),
@@ -57,6 +66,23 @@ def propose(
         "low": chosen.low,
         "high": chosen.high,
     }
+
+
+@dataclass(frozen=True)
+class Steered(EpochModel):
+    """The model with each predicted gain scaled by the tuner's correction (NOTE [ Measurement steers the model ])."""
+
+    correction: float = 1.0
+
+    def speedup(self, setting: Setting) -> float:
+        return 1.0 + (EpochModel.speedup(self, setting) - 1.0) * self.correction
+
+
+def steered(model: EpochModel, correction: float) -> EpochModel:
+    """``model`` ranking by its gains times ``correction``: the diagnosis's ``choose`` then picks as the tuner would."""
+    if correction == 1.0:
+        return model
+    return Steered(**{f.name: getattr(model, f.name) for f in fields(model)}, correction=correction)
 
 
 def _wait_for_epoch(reader: Reader, run_id: int, epoch: int) -> None:

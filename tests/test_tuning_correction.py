@@ -1,0 +1,150 @@
+"""Live tuning's correction: the job's measured gains over the model's predicted ones scale its later predictions."""
+
+from __future__ import annotations
+
+import pytest
+
+from collector.diagnosis.choose import candidates, choose
+from collector.diagnosis.model import EpochModel, Setting
+from collector.tune.policy import MAX_CORRECTION, MAX_TRIALS, MIN_CORRECTION, Policy, Proposal, Segment
+from collector.tune.propose import steered
+
+START = Setting(num_workers=0, threads=2, prefetch_factor=None)
+TWO = START.but(num_workers=2, prefetch_factor=2, persistent_workers=True, threads=1)
+THREE = TWO.but(num_workers=3)
+FOUR = TWO.but(num_workers=4)
+
+
+def seg(epoch: int, per_batch_s: float, batches: int = 100) -> Segment:
+    return Segment(epoch, 0, batches, per_batch_s * batches, float(epoch), float(epoch + 1))
+
+
+def offer(setting: Setting, baseline: Setting, predicted: float) -> Proposal:
+    """A proposal as the helper sends it: the model's own prediction, its range +-10%."""
+    return Proposal(baseline, setting, predicted, 1.0 + (predicted - 1.0) * 0.9, 1.0 + (predicted - 1.0) * 1.1)
+
+
+def drive(policy: Policy, times: dict[Setting, float], offers: list[Proposal | None]) -> list[Setting]:
+    """Each epoch: the policy picks from the offer; the epoch then measures ``times[setting]`` seconds a batch."""
+    used = []
+    for epoch, proposal in enumerate(offers):
+        setting, _ = policy.next_setting(proposal)
+        used.append(setting)
+        policy.measured(seg(epoch, times[setting]), setting)
+    return used
+
+
+def test_before_any_trial_the_models_prediction_is_taken_as_it_is():
+    policy = Policy(start=START)
+    assert policy.correction() == 1.0
+    assert offer(TWO, START, 1.3).corrected(1.3) == pytest.approx(1.3)
+
+
+def test_a_trial_measured_above_its_prediction_lets_a_small_predicted_gain_still_get_its_try():
+    # The first trial was predicted 1.10x and measured 1.30x: the model under-predicts this job by 3x.
+    # The next candidate's 1.02x, below the 3% noise floor as the model says it, is 1.06x corrected.
+    policy = Policy(start=START, every=2)
+    offers = [offer(TWO, START, 1.10)] * 4 + [offer(THREE, TWO, 1.02)] * 3
+    used = drive(policy, {START: 0.013, TWO: 0.010, THREE: 0.0085}, offers)
+    assert used == [START, START, TWO, TWO, THREE, THREE, THREE]
+    first, second = policy.trials
+    assert first.kept and first.measured == pytest.approx(1.3)
+    assert second.kept and policy.current == THREE
+    assert second.proposal.correction == pytest.approx(3.0)
+    row = second.row()
+    assert row[7:10] == pytest.approx((1.06, 1.054, 1.066))  # the corrected prediction and range are stored
+    assert "predicted 1.06x (the model's 1.02x, its gain x3.00 by this job's trials)" in second.why
+
+
+def test_without_the_correction_the_same_small_prediction_ends_tuning():
+    policy = Policy(start=START, every=2)
+    offers = [offer(TWO, START, 1.30)] * 4 + [offer(THREE, TWO, 1.02)] * 3
+    used = drive(policy, {START: 0.013, TWO: 0.010, THREE: 0.0085}, offers)
+    assert policy.trials[0].measured == pytest.approx(1.3) and policy.correction() == pytest.approx(1.0)
+    assert used[4:] == [TWO] * 3 and policy.done is not None and "predicted 1.02x" in policy.done
+
+
+def test_a_trial_measured_below_its_prediction_makes_the_model_more_cautious():
+    # Predicted 1.50x, measured 1.20x: 0.4 of the gain. The next 1.20x counts as 1.08x, within the
+    # kept setting's 9% variation, so tuning ends instead of spending another epoch on it.
+    policy = Policy(start=START, every=2)
+    drive(policy, {START: 0.012, TWO: 0.010}, [offer(TWO, START, 1.50)] * 4)
+    policy.measured(seg(4, 0.0109), TWO)
+    assert policy.current == TWO and policy.noise(TWO) == pytest.approx(0.09)
+    assert policy.correction() == pytest.approx(0.4)
+    setting, trial = policy.next_setting(offer(THREE, TWO, 1.20))
+    assert setting == TWO and trial is None
+    assert policy.done is not None and "predicted 1.08x (the model's 1.20x, its gain x0.40" in policy.done
+
+
+def test_a_slower_trial_pulls_the_correction_down_to_its_bound():
+    policy = Policy(start=START, every=2)
+    drive(policy, {START: 0.010, TWO: 0.012}, [offer(TWO, START, 1.5)] * 4)
+    (trial,) = policy.trials
+    assert not trial.kept and trial.measured < 1.0
+    assert policy.correction() == MIN_CORRECTION
+
+
+@pytest.mark.parametrize(
+    ("predicted", "measured", "expected"),
+    [
+        (1.5, 1.5, 1.0),  # as predicted
+        (1.1, 1.2, 2.0),
+        (1.05, 2.0, MAX_CORRECTION),  # one trial far above: bounded
+        (1.5, 1.3, 0.6),
+        (1.5, 1.0, MIN_CORRECTION),  # no gain at all: bounded
+    ],
+)
+def test_the_correction_is_the_measured_gain_over_the_predicted_gain_bounded(predicted, measured, expected):
+    policy = Policy(start=START)
+    drive(policy, {START: 0.010, TWO: 0.010 / measured}, [offer(TWO, START, predicted)] * 4)
+    assert policy.correction() == pytest.approx(expected)
+
+
+def test_the_correction_weighs_every_trial_by_its_predicted_gain():
+    # Trial 1: predicted 1.5, measured 2.0 (kept). Trial 2: predicted 1.5, measured about 1.0 (reverted).
+    # Together: (1.0 + 0.0) / (0.5 + 0.5) = 1.0, whatever either alone said.
+    policy = Policy(start=START, every=2)
+    offers = [offer(TWO, START, 1.5)] * 4 + [offer(FOUR, TWO, 1.5)] * 3
+    drive(policy, {START: 0.010, TWO: 0.005, FOUR: 0.005}, offers)
+    assert [t.kept for t in policy.trials] == [True, False]
+    assert policy.correction() == pytest.approx(1.0)
+
+
+def test_the_trial_budget_still_bounds_a_corrected_model():
+    policy = Policy(start=START, every=2)
+    settings = [START.but(num_workers=n, prefetch_factor=2) for n in range(1, 12)]
+    times = {START: 0.010, **{s: 0.010 * 0.8 ** (i + 1) for i, s in enumerate(settings)}}
+    offers: list[Proposal | None] = []
+    for i, s in enumerate(settings):
+        offers += [offer(s, settings[i - 1] if i else START, 1.1)] * 2
+    drive(policy, times, [offers[0], offers[0], *offers])
+    assert len(policy.trials) == MAX_TRIALS and policy.done == f"{MAX_TRIALS} trials made"
+
+
+def test_the_helper_ranks_by_the_corrected_gain_so_a_small_one_is_no_longer_within_reach_of_no_change():
+    # A photo run's model at 1 persistent worker (recorded beside other work): 2 and 3 workers 1.01x, so
+    # "no change" is within C.CLOSE of the best and wins. Its gain tripled, 3 workers' 1.03x is not.
+    one = Setting(num_workers=1, threads=1, prefetch_factor=2, persistent_workers=True)
+    model = EpochModel(
+        cores=2.0,
+        background=4.5,
+        step_work_s=0.126,
+        step_threads=1.0,
+        step_blocked_s=0.0039,
+        handoff_s=0.0045,
+        load_cpu_s=0.114,
+        load_blocked_s=0.0014,
+        epoch_batches=8.0,
+        start_s=0.04,
+        end_s=0.025,
+        recorded=one,
+        others_busy=1.5,
+        queue_loss_s=0.0083,
+        spread=0.076,
+    )
+    settings = [one, *(s for s in candidates(model) if s != one)]
+    assert choose(model, settings)[0].setting == one
+    chosen, _ = choose(steered(model, MAX_CORRECTION), settings)
+    assert chosen.setting.num_workers > 1
+    assert chosen.speedup == pytest.approx(1.0 + (model.speedup(chosen.setting) - 1.0) * MAX_CORRECTION)
