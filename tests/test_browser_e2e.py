@@ -144,3 +144,35 @@ def test_dashboard_renders_verdict_and_charts_in_chromium(dashboard_url: str) ->
             page.screenshot(path=str(ARTIFACTS / "dashboard-compare.png"), full_page=True)
         finally:
             browser.close()
+
+
+# Counts the charts on the page when the first one's SVG appears, before any frame could paint more.
+COUNT_AT_FIRST_CHART = """
+window.swChartsAtFirst = null;
+new MutationObserver(() => {
+  if (window.swChartsAtFirst === null && document.querySelector(".js-plotly-plot .main-svg")) {
+    window.swChartsAtFirst = document.querySelectorAll(".js-plotly-plot").length;
+  }
+}).observe(document, {subtree: true, childList: true});
+"""
+
+
+def test_the_first_chart_mounts_alone_and_the_detail_charts_follow_by_themselves(dashboard_url: str) -> None:
+    """See NOTE [ First chart first ] in app/components/after_paint.py: an order, not a time."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1440, "height": 2400})
+            page.add_init_script(COUNT_AT_FIRST_CHART)
+            # The first open, then a reload: a new session waits for the first chart's paint again.
+            for open_page in (lambda: page.goto(f"{dashboard_url}/?run=1"), page.reload):
+                open_page()
+                page.wait_for_function(
+                    "document.querySelectorAll('.js-plotly-plot').length >= 7", timeout=RENDER_TIMEOUT_MS
+                )
+                assert page.evaluate("window.swChartsAtFirst") == 1
+            assert page.locator("[data-testid='stException']").count() == 0
+        finally:
+            browser.close()

@@ -13,6 +13,7 @@ from app import state
 from app.charts import detail_figures, headline_figure
 from app.charts.batches import duration
 from app.components import welcome
+from app.components.after_paint import first_chart_painted
 from app.components.downloads import downloads
 from app.components.report_panel import findings, verdict_banner
 from app.data import PHASE_BATCHES, RunViewData
@@ -209,14 +210,16 @@ def _finished(path: str, run_id: int, window_s: float | None, span: tuple[float,
             return
         # NOTE [ Diagnosis after the charts ]
         # The diagnosis of a long finished run takes longer than its reduced series:
-        # draw the charts first and fill the banner and cards in above them when it is
-        # ready. (A live view diagnoses only its recent window, fast, and renders in
-        # order: a placeholder filled late inside a run_every fragment did not reach the page.)
+        # draw the first chart first and fill the banner and cards in above it when it
+        # is ready; the detail charts follow once the browser has painted the first,
+        # after the diagnosis if it is still running (See NOTE [ First chart first ]).
+        # (A live view diagnoses only its recent window, fast, and renders in order:
+        # a placeholder filled late inside a run_every fragment did not reach the page.)
         scope = None if span is not None else window_s
         banner = st.empty()
         st.plotly_chart(headline_figure(data), width="stretch", config=PLOT_CONFIG, key="sw_fig_utilisation")
         findings_slot = st.container()
-        _details(data)
+        st.fragment(_details_after_paint)(path, run_id, data)
         with banner.container(), st.spinner("Diagnosing…"):
             report = state.run_diagnosis(path, run_id, scope, run)
         with banner.container():
@@ -224,6 +227,13 @@ def _finished(path: str, run_id: int, window_s: float | None, span: tuple[float,
         with findings_slot:
             findings(report)
         downloads(path, run, report)
+
+
+def _details_after_paint(path: str, run_id: int, data: RunViewData) -> None:
+    """A fragment: the detail charts of a finished run, once the browser has painted the first chart."""
+    with page_boundary(path):
+        if first_chart_painted(f"sw_painted_{run_id}"):
+            _details(data)
 
 
 def _details(data: RunViewData) -> None:
