@@ -210,6 +210,37 @@ def cpu_by_part(rounds: list[dict[str, dict[str, Any]]], side: str) -> list[str]
     return lines
 
 
+def floors(repeat: int = 5) -> list[str]:
+    """What a helper process of ours costs at the least: CPU to start an interpreter, then each one's imports.
+
+    Each runs as the writer starts its children (``python -I -S``, collector/writer/spawn.py), ``repeat``
+    times; the median of its CPU (rusage) is printed.
+    """
+    from collector.writer.process import BOOT_IMPORTS
+    from collector.writer.spawn import BOOT
+
+    root = str(Path(__file__).resolve().parents[1])
+    path = [p for p in sys.path if p and os.path.isabs(p)]
+    codes = {
+        "an interpreter (python -I -S -c pass)": "pass",
+        "the writer: interpreter and imports": BOOT_IMPORTS + "from collector.writer.child import main",
+        "the verdict's helper: interpreter and imports": (
+            "from collector.verdict.helper import lean_pandas; lean_pandas(); "
+            "from collector.diagnosis import diagnose_data, diagnose_job; from collector.verdict.printing import verdict_text"
+        ),
+    }
+    lines = ["floors (CPU a start, median of 5):"]
+    for label, code in codes.items():
+        cpu = []
+        for _ in range(repeat):
+            boot = BOOT.format(root=root, path=path, code=code) if code != "pass" else code
+            proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", boot])
+            _, _, usage = os.wait4(proc.pid, 0)
+            cpu.append(usage.ru_utime + usage.ru_stime)
+        lines.append(f"  {label:<48} {statistics.median(cpu) * 1e3:.0f} ms ({min(cpu) * 1e3:.0f}-{max(cpu) * 1e3:.0f})")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", type=int, default=10, help="rounds (each runs every side once)")
@@ -261,6 +292,7 @@ def main() -> None:
     print(f"load average during the rounds: median {statistics.median(loads):.2f} ({loads[0]:.2f} to {loads[-1]:.2f})")
     for side in sides[1:]:
         print("\n".join(summarise(rounds, side, args.epochs)))
+    print("\n".join(floors()))
     if args.save:
         Path(args.save).write_text(json.dumps({"args": vars(args), "rounds": rounds}, indent=1))
 
