@@ -76,17 +76,17 @@ def trials(db: str) -> list[tuple[int, int, str, int]]:
 def test_a_long_epoch_restarts_mid_epoch_at_more_workers_with_the_same_samples_in_order(
     db_path, short_windows, monkeypatch
 ):
-    def loader() -> DataLoader:
-        return DataLoader(Slow(240, 0.01), batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(3))
+    def loader(sleep_s: float = 0.01) -> DataLoader:
+        return DataLoader(Slow(240, sleep_s), batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(3))
 
-    plain = seen(loader(), None)
+    plain = seen(loader(0.0), None)  # the order does not depend on the items' time
     tuned_loader = loader()
     monkeypatch.setattr(tuning, "Advisor", Offering(setting_of(tuned_loader), {"num_workers": 3}))
     torch.manual_seed(11)
     tuned = seen(tuned_loader, db_path)
     after = torch.rand(1)
     torch.manual_seed(11)
-    seen(loader(), None)
+    seen(loader(0.0), None)
     assert tuned == plain
     assert torch.equal(after, torch.rand(1))  # the global generator where the untuned loop leaves it
     (first, *_) = trials(db_path)
@@ -95,13 +95,13 @@ def test_a_long_epoch_restarts_mid_epoch_at_more_workers_with_the_same_samples_i
 
 
 def test_a_reverted_window_goes_back_mid_epoch_and_the_sampler_is_the_users_again(db_path, short_windows, monkeypatch):
-    def loader() -> DataLoader:
+    def loader(sleep_s: float = 0.01) -> DataLoader:
         return DataLoader(
-            Slow(160, 0.01), batch_size=4, num_workers=2, persistent_workers=True, shuffle=True,
+            Slow(160, sleep_s), batch_size=4, num_workers=2, persistent_workers=True, shuffle=True,
             generator=torch.Generator().manual_seed(5),
         )  # fmt: skip
 
-    plain = seen(loader(), None, epochs=3)
+    plain = seen(loader(0.0), None, epochs=3)  # the order does not depend on the items' time
     tuned_loader = loader()
     start = setting_of(tuned_loader)
     monkeypatch.setattr(tuning, "Advisor", Offering(start, {"num_workers": 1, "persistent_workers": False}))
@@ -115,18 +115,18 @@ def test_a_reverted_window_goes_back_mid_epoch_and_the_sampler_is_the_users_agai
 def test_a_stateful_loader_restarts_through_its_state_dict_and_waits_for_the_epoch_to_change_workers(
     db_path, short_windows, monkeypatch
 ):
-    def loader() -> StatefulDataLoader:  # type: ignore[type-arg]
+    def loader(sleep_s: float = 0.01) -> StatefulDataLoader:  # type: ignore[type-arg]
         return StatefulDataLoader(
-            Slow(400, 0.01), batch_size=4, num_workers=2, shuffle=True, generator=torch.Generator().manual_seed(9)
+            Slow(400, sleep_s), batch_size=4, num_workers=2, shuffle=True, generator=torch.Generator().manual_seed(9)
         )  # epochs of about 2 s: several windows of 0.3 s in the first, on a busy machine too
 
-    plain = seen(loader(), None, epochs=3)
+    plain = seen(loader(0.0), None, epochs=3)  # the order does not depend on the items' time
     tuned_loader = loader()
     start = setting_of(tuned_loader)
     monkeypatch.setattr(tuning, "Advisor", Offering(start, {"prefetch_factor": 4}))
     assert seen(tuned_loader, db_path) == plain[:200]
     assert any(t[1] > 0 and '"prefetch_factor": 4' in t[2] for t in trials(db_path)), trials(db_path)
-    resumed = loader()  # the user's own checkpoint, taken after the restarts, resumes where the untuned one would
+    resumed = loader(0.0)  # the user's own checkpoint, taken after the restarts, resumes where the untuned one would
     resumed.load_state_dict(tuned_loader.state_dict())
     assert seen(resumed, None, epochs=1) == plain[200:]
 
