@@ -225,7 +225,7 @@ def floors(repeat: int = 5) -> list[str]:
         "an interpreter (python -I -S -c pass)": "pass",
         "the writer: interpreter and imports": BOOT_IMPORTS + "from collector.writer.child import main",
         "the verdict's helper: interpreter and imports": (
-            "from collector.verdict.helper import lean_pandas; lean_pandas(); "
+            "from collector.writer.spawn import lean_pandas; lean_pandas(); "
             "from collector.diagnosis import diagnose_data, diagnose_job; from collector.verdict.printing import verdict_text"
         ),
     }

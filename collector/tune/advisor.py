@@ -14,7 +14,7 @@ from typing import Any
 from collector.diagnosis.model import Setting
 from collector.tune.policy import Proposal, setting_from
 from collector.writer.names import name_this_thread
-from collector.writer.spawn import end_child, forget_in_forks, start_child
+from collector.writer.spawn import end_child, forget_in_forks, lean_pandas, start_child
 
 # NOTE [ The tuner's helper ]
 # Proposing a setting means diagnosing the run so far: pandas and every rule,
@@ -142,7 +142,7 @@ def serve() -> None:
     """In the helper: import the diagnosis, then answer each question line with one answer line until input ends."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     name_this_thread("tuner")  # NOTE [ Named threads ] in collector/writer/names.py
-    sys.modules.setdefault("pyarrow", None)  # type: ignore[arg-type]  # pandas without pyarrow: NOTE [ Verdict beside the job ]
+    lean_pandas()
     from collector.tune.propose import propose
 
     for line in sys.stdin.buffer:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from collector.writer.names import name_this_thread
-from collector.writer.spawn import end_child, forget_in_forks, raise_to_ours, start_child
+from collector.writer.spawn import end_child, forget_in_forks, lean_pandas, raise_to_ours, start_child
 
 # NOTE [ Verdict beside the job ]
 # The verdict printed when a script ends (``collector run``) needs pandas and
@@ -37,10 +37,11 @@ from collector.writer.spawn import end_child, forget_in_forks, raise_to_ours, st
 # Forked DataLoader workers close their copies of its pipes, so the helper
 # sees its input end, and exits, when the training process is gone. It holds
 # about 70 MB (pandas, numpy) while the job runs. It imports pandas without
-# pyarrow (``lean_pandas``): pandas then keeps its strings in Python objects,
-# which the diagnosis never notices, and the helper starts on about an eighth
-# less CPU (0.58 s against 0.66 s here) and holds a third less memory (69 MB
-# against 103 MB), with no jemalloc thread (the tuner's helper does the same).
+# pyarrow (``lean_pandas`` in writer/spawn.py): pandas then keeps its strings
+# in Python objects, which the diagnosis never notices, and the helper starts
+# on about an eighth less CPU (0.58 s against 0.66 s here) and holds a third
+# less memory (69 MB against 103 MB), with no jemalloc thread (the tuner's
+# helper does the same).
 ANSWER_TIMEOUT_S = 10.0  # silence after which the helper is given up on; each heartbeat starts it again
 SERVE = "from collector.verdict.helper import serve; serve()"
 READY = b"ready\n"
@@ -164,11 +165,6 @@ def verdict_text_of(helper: VerdictHelper | None, db: str, runs: Runs, launch: s
 def prints_verdict(environ: dict[str, str] | os._Environ[str] = os.environ) -> bool:
     """Whether this process will print a verdict, so a helper is worth starting: not a rank other than 0."""
     return environ.get("RANK", "0").strip() in ("", "0")
-
-
-def lean_pandas() -> None:
-    """In a helper process, before pandas is imported: pandas without pyarrow (NOTE [ Verdict beside the job ])."""
-    sys.modules.setdefault("pyarrow", None)  # type: ignore[arg-type]  # import pyarrow now raises ImportError
 
 
 def serve() -> None:

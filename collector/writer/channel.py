@@ -30,23 +30,25 @@ _lock = threading.Lock()  # guards _current: which writer a starting run joins
 _current: WriterProcess | None = None
 
 
-def _join(opening: Open) -> tuple[WriterProcess, int]:
-    """The process's writer (started here when there is none, or it ended or is ending) and a new channel on it."""
+def _writer() -> WriterProcess:
+    """The process's writer, started here when there is none, or it ended or is ending; call it under _lock."""
     global _current
+    if _current is None or _current.retired or _current.poll() is not None:
+        _current = WriterProcess()
+    return _current
+
+
+def _join(opening: Open) -> tuple[WriterProcess, int]:
+    """The process's writer and a new channel on it."""
     with _lock:
-        process = _current
-        if process is None or process.retired or process.poll() is not None:
-            process = _current = WriterProcess()
+        process = _writer()
         return process, process.open_channel(opening)
 
 
 def prestart() -> None:
     """Start the process's writer now, for the first run to join; nothing where one runs or none can start."""
-    global _current
-    with _lock:
-        if _current is None or _current.retired or _current.poll() is not None:
-            with contextlib.suppress(OSError):
-                _current = WriterProcess()
+    with _lock, contextlib.suppress(OSError):
+        _writer()
 
 
 def _forget() -> None:

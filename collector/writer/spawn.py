@@ -40,6 +40,11 @@ BOOT = "import sys; sys.path.insert(0, {root!r}); sys.path += [p for p in {path!
 CHILD_NICE = 10
 
 
+def lean_pandas() -> None:
+    """In a helper process of ours, before pandas is imported: pandas without pyarrow (NOTE [ Verdict beside the job ])."""
+    sys.modules.setdefault("pyarrow", None)  # type: ignore[arg-type]  # import pyarrow now raises ImportError
+
+
 def spawn_child(code: str, stdin_fd: int, stdout_fd: int, imports: str = "") -> int:
     """Start ``python -I -S -c`` running ``code`` (after ``imports``), with these pipe ends as stdin and stdout; its pid.
 
