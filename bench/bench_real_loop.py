@@ -229,7 +229,7 @@ def floors(repeat: int = 5) -> list[str]:
             "from collector.diagnosis import diagnose_data, diagnose_job; from collector.verdict.printing import verdict_text"
         ),
     }
-    lines = ["floors (CPU a start, median of 5):"]
+    lines = [f"floors (CPU a start, median of {repeat}):"]
     for label, code in codes.items():
         cpu = []
         for _ in range(repeat):
