@@ -3,35 +3,21 @@
 from __future__ import annotations
 
 import pytest
+from test_tuning import START, run_epochs, seg
 
 from collector.diagnosis.choose import candidates, choose
 from collector.diagnosis.model import EpochModel, Setting
-from collector.tune.policy import MAX_CORRECTION, MAX_TRIALS, MIN_CORRECTION, Policy, Proposal, Segment
+from collector.tune.policy import MAX_CORRECTION, MAX_TRIALS, MIN_CORRECTION, Policy, Proposal
 from collector.tune.propose import steered
 
-START = Setting(num_workers=0, threads=2, prefetch_factor=None)
 TWO = START.but(num_workers=2, prefetch_factor=2, persistent_workers=True, threads=1)
 THREE = TWO.but(num_workers=3)
 FOUR = TWO.but(num_workers=4)
 
 
-def seg(epoch: int, per_batch_s: float, batches: int = 100) -> Segment:
-    return Segment(epoch, 0, batches, per_batch_s * batches, float(epoch), float(epoch + 1))
-
-
 def offer(setting: Setting, baseline: Setting, predicted: float) -> Proposal:
     """A proposal as the helper sends it: the model's own prediction, its range +-10%."""
     return Proposal(baseline, setting, predicted, 1.0 + (predicted - 1.0) * 0.9, 1.0 + (predicted - 1.0) * 1.1)
-
-
-def drive(policy: Policy, times: dict[Setting, float], offers: list[Proposal | None]) -> list[Setting]:
-    """Each epoch: the policy picks from the offer; the epoch then measures ``times[setting]`` seconds a batch."""
-    used = []
-    for epoch, proposal in enumerate(offers):
-        setting, _ = policy.next_setting(proposal)
-        used.append(setting)
-        policy.measured(seg(epoch, times[setting]), setting)
-    return used
 
 
 def test_before_any_trial_the_models_prediction_is_taken_as_it_is():
@@ -45,7 +31,7 @@ def test_a_trial_measured_above_its_prediction_lets_a_small_predicted_gain_still
     # The next candidate's 1.02x, below the 3% noise floor as the model says it, is 1.06x corrected.
     policy = Policy(start=START, every=2)
     offers = [offer(TWO, START, 1.10)] * 4 + [offer(THREE, TWO, 1.02)] * 3
-    used = drive(policy, {START: 0.013, TWO: 0.010, THREE: 0.0085}, offers)
+    used = run_epochs(policy, {START: 0.013, TWO: 0.010, THREE: 0.0085}, offers)
     assert used == [START, START, TWO, TWO, THREE, THREE, THREE]
     first, second = policy.trials
     assert first.kept and first.measured == pytest.approx(1.3)
@@ -59,7 +45,7 @@ def test_a_trial_measured_above_its_prediction_lets_a_small_predicted_gain_still
 def test_without_the_correction_the_same_small_prediction_ends_tuning():
     policy = Policy(start=START, every=2)
     offers = [offer(TWO, START, 1.30)] * 4 + [offer(THREE, TWO, 1.02)] * 3
-    used = drive(policy, {START: 0.013, TWO: 0.010, THREE: 0.0085}, offers)
+    used = run_epochs(policy, {START: 0.013, TWO: 0.010, THREE: 0.0085}, offers)
     assert policy.trials[0].measured == pytest.approx(1.3) and policy.correction() == pytest.approx(1.0)
     assert used[4:] == [TWO] * 3 and policy.done is not None and "predicted 1.02x" in policy.done
 
@@ -68,7 +54,7 @@ def test_a_trial_measured_below_its_prediction_makes_the_model_more_cautious():
     # Predicted 1.50x, measured 1.20x: 0.4 of the gain. The next 1.20x counts as 1.08x, within the
     # kept setting's 9% variation, so tuning ends instead of spending another epoch on it.
     policy = Policy(start=START, every=2)
-    drive(policy, {START: 0.012, TWO: 0.010}, [offer(TWO, START, 1.50)] * 4)
+    run_epochs(policy, {START: 0.012, TWO: 0.010}, [offer(TWO, START, 1.50)] * 4)
     policy.measured(seg(4, 0.0109), TWO)
     assert policy.current == TWO and policy.noise(TWO) == pytest.approx(0.09)
     assert policy.correction() == pytest.approx(0.4)
@@ -79,7 +65,7 @@ def test_a_trial_measured_below_its_prediction_makes_the_model_more_cautious():
 
 def test_a_slower_trial_pulls_the_correction_down_to_its_bound():
     policy = Policy(start=START, every=2)
-    drive(policy, {START: 0.010, TWO: 0.012}, [offer(TWO, START, 1.5)] * 4)
+    run_epochs(policy, {START: 0.010, TWO: 0.012}, [offer(TWO, START, 1.5)] * 4)
     (trial,) = policy.trials
     assert not trial.kept and trial.measured < 1.0
     assert policy.correction() == MIN_CORRECTION
@@ -97,7 +83,7 @@ def test_a_slower_trial_pulls_the_correction_down_to_its_bound():
 )
 def test_the_correction_is_the_measured_gain_over_the_predicted_gain_bounded(predicted, measured, expected):
     policy = Policy(start=START)
-    drive(policy, {START: 0.010, TWO: 0.010 / measured}, [offer(TWO, START, predicted)] * 4)
+    run_epochs(policy, {START: 0.010, TWO: 0.010 / measured}, [offer(TWO, START, predicted)] * 4)
     assert policy.correction() == pytest.approx(expected)
 
 
@@ -106,7 +92,7 @@ def test_the_correction_weighs_every_trial_by_its_predicted_gain():
     # Together: (1.0 + 0.0) / (0.5 + 0.5) = 1.0, whatever either alone said.
     policy = Policy(start=START, every=2)
     offers = [offer(TWO, START, 1.5)] * 4 + [offer(FOUR, TWO, 1.5)] * 3
-    drive(policy, {START: 0.010, TWO: 0.005, FOUR: 0.005}, offers)
+    run_epochs(policy, {START: 0.010, TWO: 0.005, FOUR: 0.005}, offers)
     assert [t.kept for t in policy.trials] == [True, False]
     assert policy.correction() == pytest.approx(1.0)
 
@@ -118,7 +104,7 @@ def test_the_trial_budget_still_bounds_a_corrected_model():
     offers: list[Proposal | None] = []
     for i, s in enumerate(settings):
         offers += [offer(s, settings[i - 1] if i else START, 1.1)] * 2
-    drive(policy, times, [offers[0], offers[0], *offers])
+    run_epochs(policy, times, [offers[0], offers[0], *offers])
     assert len(policy.trials) == MAX_TRIALS and policy.done == f"{MAX_TRIALS} trials made"
 
 
