@@ -25,7 +25,13 @@ class Epoch:
 
     NOTE [ Fresh workers each epoch ]
     Non-persistent workers start every epoch empty, so an epoch is not
-    batches * cycle plus a constant. All n workers fetch their first batch at
+    batches * cycle plus a constant. Persistent workers start once a run,
+    but their queues are empty at each iter() too (the sampler's indices
+    for the new epoch are sent then), so their epoch is played out the
+    same way, without the start and the end: on bench/bench_predictions.py's
+    grid (55 quiet runs of four pipelines) that put 478 of 513 predictions
+    within 25% against 468, and the light pipeline's median error at 13%
+    against 17%. All n workers fetch their first batch at
     once while the loop waits (the cores are theirs then), deliver in turn,
     a worker's next index sent when the batch prefetch * n ahead of it is
     taken, and at the end the last workers finish alone while the others

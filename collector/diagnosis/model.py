@@ -73,8 +73,9 @@ class EpochModel:
         fetch(n)   = load_blocked + load_cpu / S(k + s * q)           s: share of time stepping
         cycle(n)   = max(step + handoff, fetch(n) / n, (q * alone(q) + load_cpu) / C) + queue_loss
         cycle(0)   = step(q, 0) + load_blocked + load_cpu / S(1)
-        epoch      = batches * cycle                     persistent workers, or none
+        epoch      = batches * cycle                     no workers
         epoch      = start + played out + end           fresh workers each epoch (NOTE [ Fresh workers each epoch ])
+        epoch      = played out                         persistent workers: no start or end, the same fill
 
     solved as a fixed point. The step's uncontended work comes out of its
     recorded wall time by the same formula at the recorded setting; loading's
@@ -168,7 +169,7 @@ class EpochModel:
         y = self._cycle(setting)
         n = setting.num_workers
         lost = self.queue_loss(setting) * self.epoch_batches
-        if n <= 0 or setting.persistent_workers:
+        if n <= 0:
             return self.epoch_batches * y + lost
         batches = max(1, round(self.epoch_batches))
         played = batches - n * max(0, (batches - FILL_BATCHES) // n)  # the rest goes at the steady cycle
@@ -184,6 +185,8 @@ class EpochModel:
             step_compute_s=self.step_alone_s(q),
             step_blocked_s=self.blocked_s(setting) + self.handoff_s,
         )
+        if setting.persistent_workers:  # started once a run, but their queues start empty at each iter()
+            return epoch.seconds(played) + (batches - played) * y + lost
         return self.start_s + epoch.seconds(played) + (batches - played) * y + self.end_s + lost
 
     @functools.cached_property
