@@ -185,9 +185,9 @@ class EpochModel:
             step_compute_s=self.step_alone_s(q),
             step_blocked_s=self.blocked_s(setting) + self.handoff_s,
         )
-        if setting.persistent_workers:  # started once a run, but their queues start empty at each iter()
-            return epoch.seconds(played) + (batches - played) * y + lost
-        return self.start_s + epoch.seconds(played) + (batches - played) * y + self.end_s + lost
+        # persistent workers start and end once a run, but their queues start empty at each iter() too
+        ends = 0.0 if setting.persistent_workers else self.start_s + self.end_s
+        return ends + epoch.seconds(played) + (batches - played) * y + lost
 
     @functools.cached_property
     def recorded_epoch_s(self) -> float:
