@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
+import select
 import sqlite3
 import time
 import warnings
@@ -19,7 +22,7 @@ from collector.record import tuning
 from collector.record.tuning import apply, setting_of
 from collector.tune.advisor import Advisor
 from collector.tune.every import tune_every
-from collector.tune.policy import BASELINE_EPOCHS, NOISE_FLOOR, Policy, Proposal, Segment
+from collector.tune.policy import BASELINE_EPOCHS, NOISE_FLOOR, NothingPays, Policy, Proposal, Segment
 
 START = Setting(num_workers=0, threads=2, prefetch_factor=None)
 FOUR = START.but(num_workers=4)
@@ -58,14 +61,43 @@ def test_a_trial_waits_for_the_baseline_epochs_then_is_kept_when_it_measures_fas
 
 def test_a_trial_within_the_settings_own_variation_is_reverted():
     policy = Policy(start=START)
-    policy.measured(seg(0, 0.010), START)
-    policy.measured(seg(1, 0.0115), START)  # 15% apart: its noise
+    policy.measured(seg(0, 0.014), START)  # the warm-up
+    policy.measured(seg(1, 0.010), START)
+    policy.measured(seg(2, 0.0115), START)  # 15% apart: its noise
     assert policy.noise(START) == pytest.approx(0.15)
     setting, tried = policy.next_setting(proposal(FOUR))
     assert setting == FOUR and tried is not None
-    trial = policy.measured(seg(2, 0.0098), FOUR)  # 1.10x: inside the noise
+    trial = policy.measured(seg(3, 0.0098), FOUR)  # 1.10x against their median: inside the noise
     assert trial is not None and not trial.kept and "within the 15% variation" in trial.why
     assert policy.current == START and policy.summary() is None
+
+
+def test_the_warm_up_epoch_is_no_sample_of_its_settings_speed_nor_of_its_noise():
+    policy = Policy(start=START)
+    policy.measured(seg(0, 0.020), START)  # imports, caches, workers' start: twice the steady epoch
+    policy.measured(seg(1, 0.010), START)
+    assert policy.noise(START) == NOISE_FLOOR  # one steady epoch: no measured variation yet
+    setting, _ = policy.next_setting(proposal(FOUR, predicted=1.15))
+    trial = policy.measured(seg(2, 0.0087), setting)
+    assert trial is not None and trial.kept and trial.measured == pytest.approx(0.010 / 0.0087)
+    assert policy.measured_speedup() == pytest.approx(0.010 / 0.0087)  # the warm-up is not the start's speed
+
+
+def test_an_answer_from_the_warm_up_alone_may_start_a_trial_but_never_ends_tuning():
+    warm_only, steady = BASELINE_EPOCHS - 1, BASELINE_EPOCHS
+    policy = Policy(start=START)
+    run_epochs(policy, {START: 0.01}, [None] * BASELINE_EPOCHS)
+    policy.nothing_pays(NothingPays("no untried setting is predicted to beat the current one", seen=warm_only))
+    small = dataclasses.replace(proposal(FOUR, predicted=1.0 + NOISE_FLOOR / 2), seen=warm_only)
+    assert policy.next_setting(small) == (START, None) and policy.done is None and policy.wants_proposal()
+    policy.measured(seg(BASELINE_EPOCHS, 0.01), START)
+    steady_offer = dataclasses.replace(proposal(FOUR, predicted=1.3), seen=steady)
+    assert policy.next_setting(steady_offer) == (FOUR, steady_offer)
+
+    ended = Policy(start=START)
+    run_epochs(ended, {START: 0.01}, [None] * BASELINE_EPOCHS)
+    ended.nothing_pays(NothingPays("every setting worth trying was tried", seen=steady))
+    assert ended.done == "every setting worth trying was tried" and not ended.wants_proposal()
 
 
 def test_once_a_gain_is_kept_at_most_one_epoch_in_every_is_a_trial():
@@ -196,3 +228,29 @@ def test_a_failing_tuner_warns_once_and_training_goes_on_unchanged(db_path, monk
         w for w in caught if issubclass(w.category, CollectorWarning) and "live tuning stopped" in str(w.message)
     ]
     assert len(stopped) == 1
+
+
+def test_the_helper_answers_with_what_its_question_had_seen_at_the_jobs_priority():
+    """``seen`` goes to the helper with the question and comes back with the answer, either kind."""
+    offer = {"baseline": dataclasses.asdict(START), "setting": dataclasses.asdict(FOUR)}
+    offer.update(predicted=1.5, low=1.2, high=1.8)
+    fake = (
+        "import collector.tune.propose as p; "
+        f"p.propose = lambda *a, **k: {{'none': 'nothing'}} if k['epoch'] is not None else {offer!r}; "
+        "from collector.tune.advisor import serve; serve()"
+    )
+    advisor = Advisor(fake)
+    try:
+        assert advisor.pid is not None  # at the job's own priority: NOTE [ The tuner's helper ]
+        assert os.getpriority(os.PRIO_PROCESS, advisor.pid) == os.getpriority(os.PRIO_PROCESS, 0)
+        answers = []
+        for epoch, seen in ((0, 1), (None, 3)):
+            advisor.ask("run.sqlite", 1, epoch, START, [START], False, seen=seen)
+            deadline = time.monotonic() + 60
+            while (answer := advisor.poll()) is None and time.monotonic() < deadline:
+                select.select([], [], [], 0.02)
+            answers.append(answer)
+    finally:
+        advisor.close()
+    assert answers[0] == NothingPays("nothing", seen=1)
+    assert answers[1] == Proposal(START, FOUR, 1.5, 1.2, 1.8, seen=3)

@@ -16,7 +16,7 @@ from collector.record.handover import EpochEnded, Shared
 from collector.record.loader_setting import apply, setting_of, target_of
 from collector.record.windows import Lent, SeedKept, Windowed, restartable
 from collector.tune.advisor import Advisor, AdvisorError
-from collector.tune.policy import Policy, Proposal, Segment, Setting, setting_json
+from collector.tune.policy import NothingPays, Policy, Proposal, Segment, Setting, setting_json
 
 
 class LiveTuner:
@@ -76,7 +76,7 @@ class LiveTuner:
         """The next segment's setting from the helper's newest answer; a proposal a window cannot start is held."""
         assert self.advisor is not None
         answer = self.advisor.poll()
-        if isinstance(answer, str):
+        if isinstance(answer, NothingPays):
             self.policy.nothing_pays(answer)
         proposal = answer if isinstance(answer, Proposal) else self._held
         self._held = None
@@ -112,10 +112,10 @@ class LiveTuner:
             trial = self.policy.measured(segment, self.running)
             if trial is not None:
                 self.shared.trials.append(trial.row())
-            run_id = self._run_id()
-            if self.advisor is not None and run_id is not None and self.policy.wants_proposal():
-                tried, correction = sorted(self.policy.tried, key=repr), self.policy.correction()
-                self.advisor.ask(self.db, run_id, epoch, self.policy.current, tried, self.iterable, correction)
+            run_id, policy = self._run_id(), self.policy
+            if self.advisor is not None and run_id is not None and policy.wants_proposal():
+                tried, correction, seen = sorted(policy.tried, key=repr), policy.correction(), policy.segments
+                self.advisor.ask(self.db, run_id, epoch, policy.current, tried, self.iterable, correction, seen)
             return trial is not None and not trial.kept
         except Exception as exc:  # noqa: BLE001 - the tuner's boundary
             self.fail(exc)

@@ -12,7 +12,7 @@ from dataclasses import asdict
 from typing import Any
 
 from collector.diagnosis.model import Setting
-from collector.tune.policy import Proposal, setting_from
+from collector.tune.policy import NothingPays, Proposal, setting_from
 from collector.writer.names import name_this_thread
 from collector.writer.spawn import end_child, forget_in_forks, lean_pandas, start_child
 
@@ -20,14 +20,20 @@ from collector.writer.spawn import end_child, forget_in_forks, lean_pandas, star
 # Proposing a setting means diagnosing the run so far: pandas and every rule,
 # 0.3-0.5 s of CPU to import and about 0.1-0.5 s a proposal. None of it may
 # run on the training thread, nor hold its GIL. So a helper process starts
-# with the first tuned epoch, as politely as the writer (NOTE [ A polite
-# writer ]: nice +10, in the job's session), imports the diagnosis and answers
-# one JSON line per question: the run's file and id, the current setting, the
-# settings tried. The training thread writes the question at an epoch's end
+# with the first tuned epoch, in the job's session and process group like the
+# writer (NOTE [ A polite writer ]), imports the diagnosis and answers one
+# JSON line per question: the run's file and id, the current setting, the
+# settings tried. Unlike the writer it runs at the job's own priority
+# (HELPER_NICE): the writer wakes all the time and its work is never urgent,
+# while the helper works a few times a run, an epoch apart, and the first
+# trial waits for its first answer. At nice +10 beside a CPU hog (one busy
+# process a core), that answer took about 5 s, the sixth epoch of the
+# epoch-stall demo's 0.86-s epochs; at the job's priority, the second. The training thread writes the question at an epoch's end
 # and reads whatever answer has come by a later epoch's start, never waiting
 # (``poll``). A helper that cannot start, dies or answers nonsense ends
 # tuning with one warning; the loop goes on at the last good setting.
 SERVE = "from collector.tune.advisor import serve; serve()"
+HELPER_NICE = 0  # steps below the job's priority: NOTE [ The tuner's helper ]
 
 
 class AdvisorError(Exception):
@@ -44,7 +50,7 @@ class Advisor:
         self.asked = 0
         self.answered = 0
         try:
-            self.pid, self._req, self._rep = start_child(code)
+            self.pid, self._req, self._rep = start_child(code, nice=HELPER_NICE)
         except OSError as exc:
             raise AdvisorError(f"the tuner's helper process could not start ({exc})") from exc
         os.set_blocking(self._rep, False)
@@ -59,8 +65,12 @@ class Advisor:
         tried: list[Setting],
         fixed_workers: bool,
         correction: float = 1.0,
+        seen: int | None = None,
     ) -> None:
-        """Send a question about the run once ``epoch`` is in the file (None: a window, now); answered by a later ``poll``."""
+        """Send a question about the run once ``epoch`` is in the file (None: a window, now); answered by a later ``poll``.
+
+        ``seen`` (the policy's segments measured) comes back with the answer.
+        """
         question = {
             "db": db,
             "run_id": run_id,
@@ -69,6 +79,7 @@ class Advisor:
             "tried": [asdict(s) for s in tried],
             "fixed_workers": fixed_workers,
             "correction": correction,
+            "seen": seen,
         }
         try:
             os.write(self._req, json.dumps(question).encode() + b"\n")
@@ -80,9 +91,9 @@ class Advisor:
     def waiting(self) -> bool:
         return self.answered < self.asked
 
-    def poll(self) -> Proposal | str | None:
+    def poll(self) -> Proposal | NothingPays | None:
         """The newest answer, if one came: a Proposal, or why nothing pays; None while none has. Never blocks."""
-        answer: Proposal | str | None = None
+        answer: Proposal | NothingPays | None = None
         while (line := self._line()) is not None:
             self.answered += 1
             answer = _decode(line)
@@ -120,19 +131,21 @@ class Advisor:
         self.pid = None
 
 
-def _decode(line: bytes) -> Proposal | str:
+def _decode(line: bytes) -> Proposal | NothingPays:
     try:
         answer = json.loads(line)
         if "error" in answer:
             raise AdvisorError(f"the tuner's helper failed: {answer['error']}")
+        seen = None if answer.get("seen") is None else int(answer["seen"])
         if "none" in answer:
-            return str(answer["none"])
+            return NothingPays(str(answer["none"]), seen)
         return Proposal(
             baseline=setting_from(answer["baseline"]),
             setting=setting_from(answer["setting"]),
             predicted=float(answer["predicted"]),
             low=float(answer["low"]),
             high=float(answer["high"]),
+            seen=seen,
         )
     except (ValueError, KeyError, TypeError) as exc:
         raise AdvisorError(f"the tuner's helper answered {line[:200]!r}") from exc
@@ -146,6 +159,7 @@ def serve() -> None:
     from collector.tune.propose import propose
 
     for line in sys.stdin.buffer:
+        q: Any = None
         try:
             q = json.loads(line)
             answer: dict[str, Any] = propose(
@@ -159,5 +173,7 @@ def serve() -> None:
             )
         except Exception as exc:  # noqa: BLE001 - the helper's boundary: the question's error goes back as the answer
             answer = {"error": f"{type(exc).__name__}: {exc}"}
+        if isinstance(q, dict) and q.get("seen") is not None:
+            answer["seen"] = q["seen"]
         sys.stdout.buffer.write(json.dumps(answer).encode() + b"\n")
         sys.stdout.buffer.flush()

@@ -35,6 +35,21 @@ from collector.tune.every import DEFAULT_EVERY
 # Each trial's measure is an epoch (or, for long epochs, a window of one:
 # ``Segment``), in seconds a batch, so a shorter last epoch compares fairly.
 #
+# NOTE [ The warm-up segment ]
+# A run's first epoch carries its one-time costs: imports and caches filled
+# on first use, the workers' and our helper's start. On the demos it ran
+# 4-20% slower than the epochs after it, while those varied 1-9% among
+# themselves, so taken as a sample of its setting it read as noise that hid
+# every gain below 1.2x, and the model built from it alone ranked nothing
+# above 1.0 where the next epoch's data found 1.16-1.38x (the oversubscribed
+# demo). So the run's first segment is the warm-up: it is no sample of its
+# setting's speed nor of its noise (NOISE_FLOOR stands in until a setting
+# has two steady segments), as a trial's first segment that starts
+# persistent workers is not. And an answer from a question asked after the
+# warm-up alone (``seen``) may start a trial but never ends tuning, whether
+# it finds nothing above 1.0 or nothing above the noise: the next answer,
+# from steady data, decides.
+#
 # NOTE [ Measurement steers the model ]
 # The model can miss a whole class of job the same way each time (a
 # JPEG-decoding pipeline's gain from more workers, say), and a miss of its
@@ -54,7 +69,8 @@ from collector.tune.every import DEFAULT_EVERY
 # predicted to beat the current setting by more than its noise" compares the
 # corrected one. The trials table holds the corrected prediction; its
 # ``why`` names the model's own and the correction.
-BASELINE_EPOCHS = 2  # epochs at the user's own setting before the first trial (the second measures its noise)
+BASELINE_EPOCHS = 2  # epochs at the user's own setting before the first trial: the warm-up and one steady epoch
+WARMUP_SEGMENTS = 1  # the run's first segment: NOTE [ The warm-up segment ]
 NOISE_FLOOR = 0.03  # a difference smaller than this is never taken as a gain
 MAX_TRIALS = 8
 MIN_CORRECTION = 1 / 3  # the measured / predicted gain ratio is bounded: one noisy trial moves it at most 3x
@@ -84,6 +100,7 @@ class Proposal:
     low: float
     high: float
     correction: float = 1.0
+    seen: int | None = None  # segments measured when the helper was asked (None: not known)
 
     def corrected(self, speedup: float) -> float:
         """A speed-up of the model's with its gain scaled by ``correction``."""
@@ -95,6 +112,19 @@ class Proposal:
         if abs(self.correction - 1.0) < 0.005:
             return text
         return f"{text} (the model's {self.predicted:.2f}x, its gain x{self.correction:.2f} by this job's trials)"
+
+
+@dataclass(frozen=True)
+class NothingPays:
+    """The helper's answer where no untried setting is predicted above 1.0: why, and what it had seen."""
+
+    why: str
+    seen: int | None = None  # as Proposal.seen
+
+
+def settled_by(seen: int | None) -> bool:
+    """An answer from a question asked after a steady segment: it may end tuning (NOTE [ The warm-up segment ])."""
+    return seen is None or seen > WARMUP_SEGMENTS
 
 
 @dataclass(frozen=True)
@@ -178,8 +208,13 @@ class Policy:
         """A proposal could be tried at the next segment or the one after: worth asking the model now."""
         return self.done is None and self._trial is None and self._next_trial_at() <= self._measured + 1
 
+    @property
+    def segments(self) -> int:
+        """Segments measured so far, the warm-up included: what a question to the helper has seen."""
+        return self._measured
+
     def noise(self, setting: Setting) -> float:
-        """A setting's own variation between its measured segments (NOISE_FLOOR where fewer than two)."""
+        """A setting's own variation between its steady segments (NOISE_FLOOR where fewer than two)."""
         times = self._times.get(setting, [])
         if len(times) < 2:
             return NOISE_FLOOR
@@ -197,10 +232,11 @@ class Policy:
             return self.current, None
         proposal = dataclasses.replace(proposal, correction=self.correction())
         if proposal.corrected(proposal.predicted) <= 1.0 + self.noise(self.current):
-            self.done = (
-                f"no setting is predicted to beat {_describe(self.current)} by more than its noise "
-                f"(best: {proposal.described()})"
-            )
+            if settled_by(proposal.seen):
+                self.done = (
+                    f"no setting is predicted to beat {_describe(self.current)} by more than its noise "
+                    f"(best: {proposal.described()})"
+                )
             return self.current, None
         if self.fixed_workers and proposal.setting.num_workers != self.current.num_workers:
             return self.current, None  # the helper was told; a stale proposal
@@ -217,14 +253,16 @@ class Policy:
         measured = sum(t.measured - 1.0 for t in self.trials)
         return min(MAX_CORRECTION, max(MIN_CORRECTION, measured / predicted))
 
-    def nothing_pays(self, why: str) -> None:
-        """The model found no untried setting above 1.0: tuning ends with the current setting."""
-        if self.done is None and self._trial is None:
-            self.done = why
+    def nothing_pays(self, answer: NothingPays) -> None:
+        """The model found no untried setting above 1.0: tuning ends with the current setting, once settled."""
+        if self.done is None and self._trial is None and settled_by(answer.seen):
+            self.done = answer.why
 
     def measured(self, segment: Segment, setting: Setting) -> Trial | None:
         """A segment ended at ``setting``: its time is kept, and a trial decided."""
         self._measured += 1
+        if self._measured <= WARMUP_SEGMENTS:
+            return None  # NOTE [ The warm-up segment ]
         if self._trial is not None and setting.persistent_workers and not self._warm:
             self._warm = True  # its workers started in this one: judged on the next
             return None
