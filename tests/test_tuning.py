@@ -12,6 +12,7 @@ import warnings
 
 import pytest
 import torch
+from test_spawn import thread_nices
 from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 
 from collector import watch
@@ -21,8 +22,10 @@ from collector.errors import CollectorWarning
 from collector.record import tuning
 from collector.record.tuning import apply, setting_of
 from collector.tune.advisor import Advisor
+from collector.tune.answers import NothingPays, Proposal
 from collector.tune.every import tune_every
-from collector.tune.policy import BASELINE_EPOCHS, NOISE_FLOOR, NothingPays, Policy, Proposal, Segment
+from collector.tune.policy import BASELINE_EPOCHS, NOISE_FLOOR, Policy, Segment
+from collector.writer.spawn import CHILD_NICE
 
 START = Setting(num_workers=0, threads=2, prefetch_factor=None)
 FOUR = START.but(num_workers=4)
@@ -230,7 +233,7 @@ def test_a_failing_tuner_warns_once_and_training_goes_on_unchanged(db_path, monk
     assert len(stopped) == 1
 
 
-def test_the_helper_answers_with_what_its_question_had_seen_at_the_jobs_priority():
+def test_the_helper_answers_with_what_its_question_had_seen_and_steps_back_after_its_first_answer():
     """``seen`` goes to the helper with the question and comes back with the answer, either kind."""
     offer = {"baseline": dataclasses.asdict(START), "setting": dataclasses.asdict(FOUR)}
     offer.update(predicted=1.5, low=1.2, high=1.8)
@@ -241,8 +244,10 @@ def test_the_helper_answers_with_what_its_question_had_seen_at_the_jobs_priority
     )
     advisor = Advisor(fake)
     try:
-        assert advisor.pid is not None  # at the job's own priority: NOTE [ The tuner's helper ]
-        assert os.getpriority(os.PRIO_PROCESS, advisor.pid) == os.getpriority(os.PRIO_PROCESS, 0)
+        pid, ours = advisor.pid, os.getpriority(os.PRIO_PROCESS, 0)
+        assert pid is not None and set(thread_nices(pid)) == {
+            ours
+        }  # until its first answer: NOTE [ The tuner's helper ]
         answers = []
         for epoch, seen in ((0, 1), (None, 3)):
             advisor.ask("run.sqlite", 1, epoch, START, [START], False, seen=seen)
@@ -250,6 +255,7 @@ def test_the_helper_answers_with_what_its_question_had_seen_at_the_jobs_priority
             while (answer := advisor.poll()) is None and time.monotonic() < deadline:
                 select.select([], [], [], 0.02)
             answers.append(answer)
+            assert set(thread_nices(pid)) == {min(19, ours + CHILD_NICE)}  # then as polite as the writer
     finally:
         advisor.close()
     assert answers[0] == NothingPays("nothing", seen=1)

@@ -7,7 +7,8 @@ from test_tuning import START, run_epochs, seg
 
 from collector.diagnosis.choose import candidates, choose
 from collector.diagnosis.model import EpochModel, Setting
-from collector.tune.policy import MAX_CORRECTION, MAX_TRIALS, MIN_CORRECTION, Policy, Proposal
+from collector.tune.answers import Proposal
+from collector.tune.policy import MAX_CORRECTION, MAX_TRIALS, MIN_CORRECTION, Policy
 from collector.tune.propose import steered
 
 TWO = START.but(num_workers=2, prefetch_factor=2, persistent_workers=True, threads=1)

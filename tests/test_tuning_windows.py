@@ -14,7 +14,8 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from collector import watch
 from collector.record import tuning, windows
 from collector.record.loader_setting import setting_of
-from collector.tune.policy import Proposal, Setting
+from collector.tune.answers import Proposal
+from collector.tune.policy import Setting
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:'set_vital' is deprecated:UserWarning"),  # torchdata 0.11 on torch 2.13

@@ -16,7 +16,8 @@ from collector.record.handover import EpochEnded, Shared
 from collector.record.loader_setting import apply, setting_of, target_of
 from collector.record.windows import Lent, SeedKept, Windowed, restartable
 from collector.tune.advisor import Advisor, AdvisorError
-from collector.tune.policy import NothingPays, Policy, Proposal, Segment, Setting, setting_json
+from collector.tune.answers import NothingPays, Proposal, setting_json
+from collector.tune.policy import Policy, Segment, Setting
 
 
 class LiveTuner:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
 from collector.diagnosis.model import Setting
 from collector.diagnosis.tuned_line import line
+from collector.tune.answers import NothingPays, Proposal, setting_json
 from collector.tune.every import DEFAULT_EVERY
 
 # NOTE [ Live tuning ]
@@ -75,51 +75,6 @@ NOISE_FLOOR = 0.03  # a difference smaller than this is never taken as a gain
 MAX_TRIALS = 8
 MIN_CORRECTION = 1 / 3  # the measured / predicted gain ratio is bounded: one noisy trial moves it at most 3x
 MAX_CORRECTION = 3.0
-
-
-def setting_json(setting: Setting, trial: bool = False) -> str:
-    """The stored form of a setting (epochs.setting, trials.setting): its fields, and whether it was a trial."""
-    return json.dumps({**dataclasses.asdict(setting), **({"trial": True} if trial else {})}, sort_keys=True)
-
-
-def setting_from(value: dict[str, Any]) -> Setting:
-    return Setting(**{f.name: value[f.name] for f in dataclasses.fields(Setting) if f.name in value})
-
-
-@dataclass(frozen=True)
-class Proposal:
-    """The model's pick against ``baseline``: the setting to try and its predicted speed-up with a range.
-
-    ``predicted``, ``low`` and ``high`` are the model's own; ``correction`` is
-    what the policy scales their gains by (NOTE [ Measurement steers the model ]).
-    """
-
-    baseline: Setting
-    setting: Setting
-    predicted: float
-    low: float
-    high: float
-    correction: float = 1.0
-    seen: int | None = None  # segments measured when the helper was asked (None: not known)
-
-    def corrected(self, speedup: float) -> float:
-        """A speed-up of the model's with its gain scaled by ``correction``."""
-        return 1.0 + (speedup - 1.0) * self.correction
-
-    def described(self) -> str:
-        """The corrected prediction in words, with the model's own where they differ."""
-        text = f"predicted {self.corrected(self.predicted):.2f}x"
-        if abs(self.correction - 1.0) < 0.005:
-            return text
-        return f"{text} (the model's {self.predicted:.2f}x, its gain x{self.correction:.2f} by this job's trials)"
-
-
-@dataclass(frozen=True)
-class NothingPays:
-    """The helper's answer where no untried setting is predicted above 1.0: why, and what it had seen."""
-
-    why: str
-    seen: int | None = None  # as Proposal.seen
 
 
 def settled_by(seen: int | None) -> bool:
