@@ -12,7 +12,9 @@ process: untuned, tuned, and at each static setting of a small grid. Printed per
 - others: other processes' CPU during the runs, in cores (runs over 0.05 are marked), and the load average
 - the tuned run's trials: epoch, the change, predicted (corrected) and measured speed-up, kept, why
 
-``--hog`` runs a CPU hog (one busy process a core) beside every run.
+``--hog`` runs a CPU hog (one busy process a core) beside every run, in the job's own session (so
+in its autogroup, where the tuner's nice +10 helper waits for it); ``--hog-apart`` puts the hog in a
+session of its own, as another job's would be.
 
 ``--long S`` measures a long epoch instead (NOTE [ Windows of a long epoch ]): each pipeline's
 dataset is stretched to one epoch of about S seconds at its own setting, tuned in windows, against
@@ -131,7 +133,9 @@ def _tree_cpu_s(proc: subprocess.Popen[str]) -> Callable[[], float]:
     return spent
 
 
-def _hog(stop: Any) -> None:
+def _hog(stop: Any, apart: bool) -> None:
+    if apart:
+        os.setsid()  # another job: a session, so an autogroup, of its own
     while not stop.is_set():
         sum(i * i for i in range(10_000))
 
@@ -141,6 +145,9 @@ def main() -> None:
     parser.add_argument("--pipelines", default="starved,cpu,oversubscribed,epoch-stall,healthy,photo")
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--hog", action="store_true", help="a CPU hog on every core beside each run")
+    parser.add_argument(
+        "--hog-apart", action="store_true", help="the hog in a session of its own, as another job's would be"
+    )
     parser.add_argument("--long", type=float, default=0, help="one long epoch of about this many seconds")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--db", default=None, help=argparse.SUPPRESS)
@@ -153,9 +160,9 @@ def main() -> None:
         args.pipeline = args.child
         child(args)
         return
-    args.hog_cores = float(os.cpu_count() or 1) if args.hog else 0.0
+    args.hog_cores = float(os.cpu_count() or 1) if args.hog or args.hog_apart else 0.0
     stop = multiprocessing.Event()
-    hogs = [multiprocessing.Process(target=_hog, args=(stop,)) for _ in range(int(args.hog_cores))]
+    hogs = [multiprocessing.Process(target=_hog, args=(stop, args.hog_apart)) for _ in range(int(args.hog_cores))]
     for h in hogs:
         h.start()
     try:

@@ -14,7 +14,7 @@ from typing import Any
 from collector.diagnosis.model import Setting
 from collector.tune.answers import NothingPays, Proposal, setting_from
 from collector.writer.names import name_this_thread
-from collector.writer.spawn import end_child, forget_in_forks, lean_pandas, start_child, step_back
+from collector.writer.spawn import end_child, forget_in_forks, lean_pandas, start_child
 
 # NOTE [ The tuner's helper ]
 # Proposing a setting means diagnosing the run so far: pandas and every rule,
@@ -23,15 +23,16 @@ from collector.writer.spawn import end_child, forget_in_forks, lean_pandas, star
 # with the first tuned epoch, in the job's session and process group like the
 # writer (NOTE [ A polite writer ]), imports the diagnosis and answers one
 # JSON line per question: the run's file and id, the current setting, the
-# settings tried. Unlike the writer it starts at the job's own priority and
-# steps back to nice +10 once it has sent its first answer (``step_back``):
-# the first trial waits on that answer (the import and one proposal, about
-# 0.5 s of CPU once a run), while the later ones have epochs of slack. At
-# nice +10 from its start, beside a CPU hog (one busy process a core), the
-# first answer came at the sixth of the epoch-stall demo's 0.86-s epochs; at
-# the job's priority, by the second. The training thread writes the question at an epoch's end
-# and reads whatever answer has come by a later epoch's start, never waiting
-# (``poll``). A helper that cannot start, dies or answers nonsense ends
+# settings tried. It stays polite: at the job's own priority its import
+# preempted the job's threads at every wakeup, and the healthy demo's first
+# epoch ran 0.07-0.11 s longer (1.020-1.038 of the untuned run, against
+# 0.962-1.007 at nice +10). The price is its latency beside a CPU hog in the
+# job's own session (one autogroup: NOTE [ A polite writer ]): its first
+# answer there came at the sixth of the epoch-stall demo's 0.86-s epochs.
+# Beside a hog in a session of its own (another job), the job's autogroup
+# keeps its share and the first answer comes by the second epoch. The
+# training thread writes the question at an epoch's end and reads whatever
+# answer has come by a later epoch's start, never waiting (``poll``). A helper that cannot start, dies or answers nonsense ends
 # tuning with one warning; the loop goes on at the last good setting.
 SERVE = "from collector.tune.advisor import serve; serve()"
 
@@ -50,7 +51,7 @@ class Advisor:
         self.asked = 0
         self.answered = 0
         try:
-            self.pid, self._req, self._rep = start_child(code, nice=0)  # NOTE [ The tuner's helper ]
+            self.pid, self._req, self._rep = start_child(code)
         except OSError as exc:
             raise AdvisorError(f"the tuner's helper process could not start ({exc})") from exc
         os.set_blocking(self._rep, False)
@@ -158,7 +159,7 @@ def serve() -> None:
     lean_pandas()
     from collector.tune.propose import propose
 
-    for answered, line in enumerate(sys.stdin.buffer):
+    for line in sys.stdin.buffer:
         q: Any = None
         try:
             q = json.loads(line)
@@ -177,5 +178,3 @@ def serve() -> None:
             answer["seen"] = q["seen"]
         sys.stdout.buffer.write(json.dumps(answer).encode() + b"\n")
         sys.stdout.buffer.flush()
-        if not answered:
-            step_back()  # NOTE [ The tuner's helper ]

@@ -45,10 +45,8 @@ def lean_pandas() -> None:
     sys.modules.setdefault("pyarrow", None)  # type: ignore[arg-type]  # import pyarrow now raises ImportError
 
 
-def spawn_child(code: str, stdin_fd: int, stdout_fd: int, imports: str = "", nice: int = CHILD_NICE) -> int:
+def spawn_child(code: str, stdin_fd: int, stdout_fd: int, imports: str = "") -> int:
     """Start ``python -I -S -c`` running ``code`` (after ``imports``), with these pipe ends as stdin and stdout; its pid.
-
-    It runs ``nice`` steps below our priority (NOTE [ A polite writer ]).
 
     Raises OSError where it cannot start. posix_spawn, not subprocess: it
     waits for the exec on no pipe, so it is safe from any thread while
@@ -66,9 +64,8 @@ def spawn_child(code: str, stdin_fd: int, stdout_fd: int, imports: str = "", nic
         ],
         setpgroup=0,  # Ctrl-C reaches the training process only; not setsid: NOTE [ A polite writer ]
     )
-    if nice:
-        with contextlib.suppress(OSError):  # raising a child's nice value is always allowed; it is clamped at 19
-            os.setpriority(os.PRIO_PROCESS, pid, min(19, os.getpriority(os.PRIO_PROCESS, 0) + nice))
+    with contextlib.suppress(OSError):  # raising a child's nice value is always allowed; it is clamped at 19
+        os.setpriority(os.PRIO_PROCESS, pid, min(19, os.getpriority(os.PRIO_PROCESS, 0) + CHILD_NICE))
     return pid
 
 
@@ -82,14 +79,6 @@ def raise_to_ours(pid: int) -> bool:
     except OSError:  # not root, no CAP_SYS_NICE, RLIMIT_NICE below it
         return False
     return True
-
-
-def step_back(nice: int = CHILD_NICE) -> None:
-    """In a helper of ours: every thread of this process ``nice`` steps lower (always allowed; clamped at 19)."""
-    pid = os.getpid()
-    for tid in _threads(pid) or [pid]:
-        with contextlib.suppress(OSError):  # a thread that ended meanwhile
-            os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
 
 
 def waiting_for_cpu(pid: int) -> bool | None:
@@ -119,7 +108,7 @@ def parent_path() -> list[str]:
     return [p for p in sys.path if p and os.path.isabs(p)]
 
 
-def start_child(code: str, imports: str = "", nice: int = CHILD_NICE) -> tuple[int, int, int]:
+def start_child(code: str, imports: str = "") -> tuple[int, int, int]:
     """``spawn_child`` on two new pipes: (pid, the write end of its stdin, the read end of its stdout).
 
     Raises OSError where it cannot start, its pipes closed.
@@ -127,7 +116,7 @@ def start_child(code: str, imports: str = "", nice: int = CHILD_NICE) -> tuple[i
     stdin_r, stdin_w = _pipe()
     stdout_r, stdout_w = _pipe()
     try:
-        pid = spawn_child(code, stdin_r, stdout_w, imports, nice)
+        pid = spawn_child(code, stdin_r, stdout_w, imports)
     except BaseException:
         for fd in (stdin_w, stdout_r):
             os.close(fd)
