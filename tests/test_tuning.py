@@ -86,7 +86,7 @@ def test_the_warm_up_epoch_is_no_sample_of_its_settings_speed_nor_of_its_noise()
     assert policy.measured_speedup() == pytest.approx(0.010 / 0.0087)  # the warm-up is not the start's speed
 
 
-def test_an_answer_from_the_warm_up_alone_may_start_a_trial_but_never_ends_tuning():
+def test_an_answer_from_the_warm_up_alone_is_provisional_both_ways():
     warm_only, steady = BASELINE_EPOCHS - 1, BASELINE_EPOCHS
     policy = Policy(start=START)
     run_epochs(policy, {START: 0.01}, [None] * BASELINE_EPOCHS)
@@ -96,6 +96,14 @@ def test_an_answer_from_the_warm_up_alone_may_start_a_trial_but_never_ends_tunin
     policy.measured(seg(BASELINE_EPOCHS, 0.01), START)
     steady_offer = dataclasses.replace(proposal(FOUR, predicted=1.3), seen=steady)
     assert policy.next_setting(steady_offer) == (FOUR, steady_offer)
+
+    slow_start = Policy(start=START)  # a warm-up 30% slower than the steady epoch after it
+    slow_start.measured(seg(0, 0.013), START)
+    slow_start.measured(seg(1, 0.010), START)
+    gain = proposal(FOUR, predicted=1.2)
+    assert slow_start.next_setting(dataclasses.replace(gain, seen=warm_only)) == (START, None)
+    assert slow_start.done is None
+    assert slow_start.next_setting(dataclasses.replace(gain, seen=steady))[0] == FOUR  # steady noise: the floor
 
     ended = Policy(start=START)
     run_epochs(ended, {START: 0.01}, [None] * BASELINE_EPOCHS)
