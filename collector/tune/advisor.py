@@ -20,20 +20,22 @@ from collector.writer.spawn import end_child, forget_in_forks, lean_pandas, star
 # Proposing a setting means diagnosing the run so far: pandas and every rule,
 # 0.3-0.5 s of CPU to import and about 0.1-0.5 s a proposal. None of it may
 # run on the training thread, nor hold its GIL. So a helper process starts
-# with the first tuned epoch, in the job's session and process group like the
-# writer (NOTE [ A polite writer ]), imports the diagnosis and answers one
-# JSON line per question: the run's file and id, the current setting, the
-# settings tried. It stays polite: at the job's own priority its import
-# preempted the job's threads at every wakeup, and the healthy demo's first
-# epoch ran 0.07-0.11 s longer (1.020-1.038 of the untuned run, against
-# 0.962-1.007 at nice +10). The price is its latency beside a CPU hog in the
-# job's own session (one autogroup: NOTE [ A polite writer ]): its first
-# answer there came at the sixth of the epoch-stall demo's 0.86-s epochs.
-# Beside a hog in a session of its own (another job), the job's autogroup
-# keeps its share and the first answer comes by the second epoch. The
-# training thread writes the question at an epoch's end and reads whatever
-# answer has come by a later epoch's start, never waiting (``poll``). A helper that cannot start, dies or answers nonsense ends
-# tuning with one warning; the loop goes on at the last good setting.
+# with the first tuned epoch as politely as the writer
+# (NOTE [ A polite writer ]: nice +10, in the job's session, in a process
+# group of its own), imports the diagnosis and answers one JSON line per
+# question: the run's file and id, the current setting, the settings tried.
+# Polite, because at the job's own priority its import preempted the job's
+# threads at every wakeup, and the healthy demo's first epoch ran 0.07-0.11 s
+# longer (1.020-1.038 of the untuned run, against 0.962-1.007 at nice +10).
+# The price is its latency beside a CPU hog in the job's own session (one
+# autogroup, NOTE [ A polite writer ]): its first answer there came at the
+# sixth of the epoch-stall demo's 0.86-s epochs. Beside a hog in a session of
+# its own (another job), the job's autogroup keeps its share and the first
+# answer comes by the second epoch. The training thread writes the question
+# at an epoch's end and reads whatever answer has come by a later epoch's
+# start, never waiting (``poll``). A helper that cannot start, dies or
+# answers nonsense ends tuning with one warning; the loop goes on at the last
+# good setting.
 SERVE = "from collector.tune.advisor import serve; serve()"
 
 
