@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from collector.record import cuda_idle, loader_probe
 from collector.record.batchinfo import describe_batch
-from collector.record.handover import EpochEnded, FirstBatch, Shared
+from collector.record.handover import FirstBatch, Shared, epoch_ended
 from collector.record.load_clock import LoadClock
 from collector.record.transparent import END, raising, transparent
 from collector.writer.batch_records import queue_record, sampled_record
@@ -43,6 +45,7 @@ class FullLoop:
         self.idx = 0
         self.ended = False
         self.owner: Any = None  # kept alive with this epoch's iterator (Session.epoch)
+        shared.open_epochs[epoch] = functools.partial(_report, weakref.ref(self))  # not keeping it alive
 
     def iterator(self) -> Iterator[Any]:
         return transparent(self.step)
@@ -106,12 +109,23 @@ class FullLoop:
         return (batch,)
 
     def end(self, t_request_ns: int | None = None) -> None:
+        """The iterator is done: exhausted (its final next() asked at ``t_request_ns``) or let go."""
         if not self.ended:
             self.ended = True
-            events = self.shared.epoch_events
-            events.append(EpochEnded(self.epoch, time.perf_counter_ns(), self.idx, t_request_ns))
+            self.report(t_request_ns)
             if self.clock is not None:
                 self.clock.close()
 
+    def report(self, t_request_ns: int | None = None) -> None:
+        """The epoch's end event, once: at its end, or when the loader's next epoch starts first (NOTE [ An epoch's end ])."""
+        if self.shared.open_epochs.pop(self.epoch, None) is not None:
+            self.shared.epoch_events.append(epoch_ended(self.epoch, self.idx, t_request_ns, self.prev))
+
     def __del__(self) -> None:  # the loop broke out early, or an exception ended it
         self.end()
+
+
+def _report(ref: weakref.ref[FullLoop]) -> None:
+    loop = ref()
+    if loop is not None:
+        loop.report()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -44,6 +46,26 @@ class EpochEnded(NamedTuple):
 
 EpochEvent = EpochStarted | FirstBatch | EpochEnded
 
+# NOTE [ An epoch's end ]
+# A plain ``for batch in loader`` ends its epoch with a final next() that
+# raises StopIteration: the end, and its wait (epochs.end_wait_s). A loop
+# that knows len() stops asking after the last batch instead. Lightning's
+# fetcher does, then holds the iterator until the next epoch's iter()
+# replaces it, or longer, until a garbage collection frees it: an end read
+# when the iterator is let go came after the next epoch had started, and the
+# live tuner measured each epoch at the setting of the one after it. So an
+# epoch also ends when its loader's next epoch starts, or its run ends,
+# whichever comes first (``Shared.open_epochs``); and an epoch that ends
+# without its final next() ends when its last batch was handed out, the
+# last moment the loop was seen in it (the loop's own wait, its steps and
+# whatever it did between epochs are the loop's, not the loader's).
+
+
+def epoch_ended(epoch: int, batches: int, t_request_ns: int | None, last_return_ns: int | None) -> EpochEnded:
+    """The end event of an epoch: see NOTE [ An epoch's end ]."""
+    t_ns = last_return_ns if t_request_ns is None and last_return_ns is not None else time.perf_counter_ns()
+    return EpochEnded(epoch, t_ns, batches, t_request_ns)
+
 
 @dataclass
 class Shared:
@@ -59,3 +81,5 @@ class Shared:
     status: dict[str, Any] = field(default_factory=dict)  # set by the training thread on crash
     timers: dict[int, Timer] = field(default_factory=dict)  # epoch -> plain loop's; NOTE [ Compiled hot loop ]
     trials: deque[tuple[Any, ...]] = field(default_factory=deque)  # the tuner's trial rows (TRIAL_COLUMNS)
+    # epoch -> a call that ends it now, until it has ended: NOTE [ An epoch's end ]
+    open_epochs: dict[int, Callable[[], None]] = field(default_factory=dict)

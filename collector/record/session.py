@@ -140,6 +140,7 @@ class Session:
         t_start = time.perf_counter_ns() if called_ns is None else called_ns
         if resumes(self.loader):  # NOTE [ Resumed runs ] in collector/record/runinfo.py
             self.monitor.note(f"resumed-{epoch}", f"epoch {epoch} resumed mid-epoch from a saved state_dict")
+        self.end_open_epochs()  # before the tuner chooses this epoch's setting
         tuner = self.tuner
         setting = None if tuner is None else tuner.before_epoch(epoch, t_start, self._wall_of(t_start))
         lent = contextlib.nullcontext() if tuner is None else tuner.lend()
@@ -175,6 +176,11 @@ class Session:
         own_ns = time.perf_counter_ns() - t_start - iter_ns  # See NOTE [ The collector's own time ]
         self.shared.epoch_events.append(EpochStarted(epoch, t_start, pids, threads, own_ns, setting))
         return loop
+
+    def end_open_epochs(self) -> None:
+        """Epochs whose iterator the loop still holds end now: NOTE [ An epoch's end ] in collector/record/handover.py."""
+        for report in list(self.shared.open_epochs.values()):
+            report()
 
     def _open_iterator(self) -> tuple[Iterator[Any], int]:
         """The loader's iterator, and the nanoseconds its own iter() took."""
@@ -275,6 +281,7 @@ class Session:
             self.start()  # a run never iterated is recorded all the same, with 0 batches
         except RuntimeError:  # at exit, where Python 3.12+ starts no thread: nothing was recorded, nothing to end
             return
+        self.end_open_epochs()
         if self.tuner is not None:
             self.tuner.finish()
         status = self.shared.status.get("status", "completed")
