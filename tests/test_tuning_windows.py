@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import sqlite3
 import time
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
+from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from collector import watch
@@ -155,3 +157,24 @@ def test_route_names_how_each_loader_restarts():
     assert windows.route(DataLoader(data, num_workers=1, in_order=False)) is None
     assert windows.restartable("state", Setting(2, 2, 2), Setting(3, 2, 2)) is False
     assert windows.restartable("sampler", Setting(0, 2, None), Setting(3, 2, 2)) is True
+
+
+def test_a_tuned_epoch_with_workers_ends_its_workers_when_the_loop_lets_go_without_a_collection(db_path, monkeypatch):
+    """No reference cycle holds a windowed epoch's iterator: its workers end with it, not at a later gc."""
+    loader = DataLoader(Slow(16, 0.0), batch_size=4, num_workers=1)
+    monkeypatch.setattr(tuning, "Advisor", Offering(setting_of(loader), {"prefetch_factor": 4}))
+
+    def live_iterators() -> int:
+        return sum(type(o) is _MultiProcessingDataLoaderIter for o in gc.get_objects())
+
+    gc.disable()
+    try:
+        with watch(loader, db=db_path, tune=True) as watched:
+            for _ in range(3):
+                it = iter(watched)
+                assert live_iterators() == 1
+                next(it)
+                del it  # the loop breaks out
+                assert live_iterators() == 0
+    finally:
+        gc.enable()

@@ -9,6 +9,7 @@ import socket
 import sys
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
 from multiprocessing import get_context
@@ -172,7 +173,7 @@ class Session:
             if windowed is not None:
                 from collector.record.windows import follow
 
-                windowed.retarget = functools.partial(follow, full, self.monitor.warn)
+                windowed.retarget = functools.partial(follow, weakref.ref(full), self.monitor.warn)  # no cycle: freed at once
         own_ns = time.perf_counter_ns() - t_start - iter_ns  # See NOTE [ The collector's own time ]
         self.shared.epoch_events.append(EpochStarted(epoch, t_start, pids, threads, own_ns, setting))
         return loop

@@ -231,8 +231,15 @@ class Windowed:
         drawing.source = itertools.chain(extra, drawing.source)
 
 
-def follow(loop: Any, warn: Any, inner: Any) -> None:
-    """A full loop's probe (queue depth, worker ids) on the iterator a restart opened, for the rest of the epoch."""
+def follow(loop_ref: Any, warn: Any, inner: Any) -> None:
+    """A full loop's probe (queue depth, worker ids) on the iterator a restart opened, for the rest of the epoch.
+
+    The loop is held weakly: it holds the Windowed that calls this, and a cycle would keep the epoch's
+    iterator, and its workers, until a garbage collection ended them (20 workers: 100 s of joins).
+    """
+    loop = loop_ref()
+    if loop is None:
+        return
     probe = loader_probe.attach(inner, warn) if getattr(inner, "_num_workers", 0) else None
     if probe is not None:
         probe.seq_known = False  # its workers count from 0 again: See NOTE [ Batches taken inside iter() ]
