@@ -4,20 +4,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import select
 import sqlite3
 import time
 import warnings
 
 import pytest
 import torch
-from test_spawn import thread_nices
 from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 
 from collector import watch
 from collector.diagnosis import diagnose
-from collector.diagnosis.model import Setting
+from collector.diagnosis.choose import candidates, choose
+from collector.diagnosis.model import EpochModel, Setting
 from collector.errors import CollectorWarning
 from collector.record import tuning
 from collector.record.tuning import apply, setting_of
@@ -25,7 +23,7 @@ from collector.tune.advisor import Advisor
 from collector.tune.answers import NothingPays, Proposal
 from collector.tune.every import tune_every
 from collector.tune.policy import BASELINE_EPOCHS, NOISE_FLOOR, Policy, Segment
-from collector.writer.spawn import CHILD_NICE
+from collector.tune.propose import tuner_candidates
 
 START = Setting(num_workers=0, threads=2, prefetch_factor=None)
 FOUR = START.but(num_workers=4)
@@ -241,27 +239,33 @@ def test_a_failing_tuner_warns_once_and_training_goes_on_unchanged(db_path, monk
     assert len(stopped) == 1
 
 
-def test_the_helper_answers_with_what_its_question_had_seen_as_politely_as_the_writer():
-    """``seen`` goes to the helper with the question and comes back with the answer, either kind."""
-    offer = {"baseline": dataclasses.asdict(START), "setting": dataclasses.asdict(FOUR)}
-    offer.update(predicted=1.5, low=1.2, high=1.8)
-    fake = (
-        "import collector.tune.propose as p; "
-        f"p.propose = lambda *a, **k: {{'none': 'nothing'}} if k['epoch'] is not None else {offer!r}; "
-        "from collector.tune.advisor import serve; serve()"
+def oversubscribed_model(others_busy: float, background: float, start_s: float) -> EpochModel:
+    """The oversubscribed demo's model (8 workers, 2 cores, 64 batches an epoch), quiet or beside a hog."""
+    return EpochModel(
+        cores=2.0,
+        background=background,
+        step_work_s=0.0006,
+        step_threads=1.0,
+        step_blocked_s=0.0098,
+        handoff_s=0.0018,
+        load_cpu_s=0.0164,
+        load_blocked_s=0.0003,
+        epoch_batches=64.0,
+        start_s=start_s,
+        end_s=0.04,
+        recorded=Setting(num_workers=8, threads=1, prefetch_factor=2),
+        others_busy=others_busy,
+        queue_loss_s=0.0002,
+        spread=0.17,
     )
-    advisor = Advisor(fake)
-    try:
-        pid, polite = advisor.pid, min(19, os.getpriority(os.PRIO_PROCESS, 0) + CHILD_NICE)
-        assert pid is not None and set(thread_nices(pid)) == {polite}  # NOTE [ The tuner's helper ]
-        answers = []
-        for epoch, seen in ((0, 1), (None, 3)):
-            advisor.ask("run.sqlite", 1, epoch, START, [START], False, seen=seen)
-            deadline = time.monotonic() + 60
-            while (answer := advisor.poll()) is None and time.monotonic() < deadline:
-                select.select([], [], [], 0.02)
-            answers.append(answer)
-    finally:
-        advisor.close()
-    assert answers[0] == NothingPays("nothing", seen=1)
-    assert answers[1] == Proposal(START, FOUR, 1.5, 1.2, 1.8, seen=3)
+
+
+def test_the_tuner_may_keep_a_jobs_own_worker_count_past_the_cap_and_the_report_never_does():
+    quiet, hog = oversubscribed_model(0.26, 0.26, 0.11), oversubscribed_model(1.02, 4.1, 0.26)
+    own = Setting(num_workers=8, threads=1, prefetch_factor=2, persistent_workers=True)
+    for model in (quiet, hog):
+        assert max(s.num_workers for s in candidates(model)) < 8 and own in tuner_candidates(model)
+    assert choose(quiet, [quiet.recorded, *tuner_candidates(quiet)])[0].setting.num_workers < 8
+    assert choose(hog, [hog.recorded, *tuner_candidates(hog)])[0].setting == own  # fewer lose the share to the hog
+    two = dataclasses.replace(quiet, recorded=quiet.recorded.but(num_workers=2))
+    assert tuner_candidates(two) == candidates(two)

@@ -8,6 +8,7 @@ import os
 import select
 import signal
 import sys
+from collections.abc import Iterator
 from dataclasses import asdict
 from typing import Any
 
@@ -33,7 +34,10 @@ from collector.writer.spawn import end_child, forget_in_forks, lean_pandas, star
 # its own (another job), the job's autogroup keeps its share and the first
 # answer comes by the second epoch. The training thread writes the question
 # at an epoch's end and reads whatever answer has come by a later epoch's
-# start, never waiting (``poll``). A helper that cannot start, dies or
+# start, never waiting (``poll``). A helper slower than the epochs answers
+# only the newest question waiting: the ones before it asked about a run
+# that has moved on, and answering each in turn (1.3 s apiece beside that
+# hog) put every later answer further behind. A helper that cannot start, dies or
 # answers nonsense ends tuning with one warning; the loop goes on at the last
 # good setting.
 SERVE = "from collector.tune.advisor import serve; serve()"
@@ -155,13 +159,13 @@ def _decode(line: bytes) -> Proposal | NothingPays:
 
 
 def serve() -> None:
-    """In the helper: import the diagnosis, then answer each question line with one answer line until input ends."""
+    """In the helper: import the diagnosis, then answer the newest question line with one answer line until input ends."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     name_this_thread("tuner")  # NOTE [ Named threads ] in collector/writer/names.py
     lean_pandas()
     from collector.tune.propose import propose
 
-    for line in sys.stdin.buffer:
+    for line in newest_questions(sys.stdin.fileno()):
         q: Any = None
         try:
             q = json.loads(line)
@@ -180,3 +184,18 @@ def serve() -> None:
             answer["seen"] = q["seen"]
         sys.stdout.buffer.write(json.dumps(answer).encode() + b"\n")
         sys.stdout.buffer.flush()
+
+
+def newest_questions(fd: int) -> Iterator[bytes]:
+    """Each question line read from ``fd``, less those a newer one came behind while the last was answered."""
+    buffer = b""
+    while True:
+        while b"\n" not in buffer:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return
+            buffer += chunk
+        while select.select([fd], [], [], 0.0)[0] and (chunk := os.read(fd, 1 << 16)):
+            buffer += chunk
+        *lines, buffer = buffer.split(b"\n")
+        yield lines[-1]

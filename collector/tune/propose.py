@@ -34,7 +34,7 @@ def propose(
     tuner has settled on: collector/diagnosis/data.py), once ``epoch`` has
     reached the file. The candidates are the diagnosis's own (``candidates``),
     less those tried and, for an IterableDataset, those with another worker
-    count; ``choose`` picks among them and ``current``, as for the report's
+    count (``tuner_candidates``); ``choose`` picks among them and ``current``, as for the report's
     recommendation, so no change wins where nothing is clearly better: each ranked by its predicted
     gain times ``correction``, the policy's from the trials so far (NOTE [ Measurement steers the model ]).
     """
@@ -51,7 +51,9 @@ def propose(
         return {"none": "loading was not timed, so no setting can be predicted"}
     done = set(tried)
     allowed = [
-        s for s in candidates(model) if s not in done and not (fixed_workers and s.num_workers != current.num_workers)
+        s
+        for s in tuner_candidates(model)
+        if s not in done and not (fixed_workers and s.num_workers != current.num_workers)
     ]
     if not allowed:
         return {"none": "every setting worth trying was tried"}
@@ -66,6 +68,26 @@ def propose(
         "low": chosen.low,
         "high": chosen.high,
     }
+
+
+def tuner_candidates(model: EpochModel) -> list[Setting]:
+    """The diagnosis's candidates, and the job's own worker count with its other fields as they vary.
+
+    ``candidates`` stops CPU-bound loading at a worker a core and one more:
+    more take cores from the machine's other users. A job that already runs
+    more holds that share with its own count, and fewer workers give it up:
+    beside another job's CPU hog, ``oversubscribed``'s best static setting is
+    its own 8 workers made persistent (bench/bench_tune.py --hog), which the
+    model puts first there and below 2 persistent workers on a quiet machine.
+    So the tuner may try the job's own count made persistent (or at fewer
+    threads) and keeps it only where it measures faster; the report still
+    cures the oversubscription (``workers_exceed_cores``).
+    """
+    listed = candidates(model)
+    own, top = model.recorded.num_workers, max(s.num_workers for s in listed)
+    if own <= top or own > model.max_workers:
+        return listed
+    return listed + [s.but(num_workers=own) for s in listed if s.num_workers == top]
 
 
 @dataclass(frozen=True)
