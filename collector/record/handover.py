@@ -52,8 +52,8 @@ EpochEvent = EpochStarted | FirstBatch | EpochEnded
 # that knows len() stops asking after the last batch instead. Lightning's
 # fetcher does, then holds the iterator until the next epoch's iter()
 # replaces it, or longer, until a garbage collection frees it: an end read
-# when the iterator is let go came after the next epoch had started, and the
-# live tuner measured each epoch at the setting of the one after it. So an
+# when the iterator is let go comes after the next epoch has started, and the
+# live tuner would measure each epoch at the setting of the one after it. So an
 # epoch also ends when its loader's next epoch starts, or its run ends,
 # whichever comes first (``Shared.open_epochs``); and an epoch that ends
 # without its final next() ends when its last batch was handed out, the

@@ -173,9 +173,8 @@ class Session:
             if windowed is not None:
                 from collector.record.windows import follow
 
-                windowed.retarget = functools.partial(
-                    follow, weakref.ref(full), self.monitor.warn
-                )  # no cycle: freed at once
+                # weakly: the loop holds the Windowed, and a cycle would keep its workers until a gc
+                windowed.retarget = functools.partial(follow, weakref.ref(full), self.monitor.warn)
         own_ns = time.perf_counter_ns() - t_start - iter_ns  # See NOTE [ The collector's own time ]
         self.shared.epoch_events.append(EpochStarted(epoch, t_start, pids, threads, own_ns, setting))
         return loop

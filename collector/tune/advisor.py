@@ -35,11 +35,11 @@ from collector.writer.spawn import end_child, forget_in_forks, lean_pandas, star
 # answer comes by the second epoch. The training thread writes the question
 # at an epoch's end and reads whatever answer has come by a later epoch's
 # start, never waiting (``poll``). A helper slower than the epochs answers
-# only the newest question waiting: the ones before it asked about a run
-# that has moved on, and answering each in turn (1.3 s apiece beside that
-# hog) put every later answer further behind. A helper that cannot start, dies or
-# answers nonsense ends tuning with one warning; the loop goes on at the last
-# good setting.
+# only the newest question waiting: the ones before it ask about a run that
+# has moved on, and answering each in turn (1.3 s apiece beside that hog)
+# puts every later answer further behind. A helper that cannot start, dies
+# or answers nonsense ends tuning with one warning; the loop goes on at the
+# last good setting.
 SERVE = "from collector.tune.advisor import serve; serve()"
 
 

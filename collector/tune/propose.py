@@ -32,11 +32,13 @@ def propose(
 
     The model is built from the run's epochs at ``current`` (the setting the
     tuner has settled on: collector/diagnosis/data.py), once ``epoch`` has
-    reached the file. The candidates are the diagnosis's own (``candidates``),
-    less those tried and, for an IterableDataset, those with another worker
-    count (``tuner_candidates``); ``choose`` picks among them and ``current``, as for the report's
-    recommendation, so no change wins where nothing is clearly better: each ranked by its predicted
-    gain times ``correction``, the policy's from the trials so far (NOTE [ Measurement steers the model ]).
+    reached the file. The candidates are the diagnosis's own and the job's
+    own worker count past their cap (``tuner_candidates``), less those tried
+    and, for an IterableDataset, those with another worker count; ``choose``
+    picks among them and ``current``, as for the report's recommendation, so
+    no change wins where nothing is clearly better: each ranked by its
+    predicted gain times ``correction``, the policy's from the trials so far
+    (NOTE [ Measurement steers the model ]).
     """
     reader = Reader(db)
     if epoch is not None:
@@ -76,7 +78,7 @@ def tuner_candidates(model: EpochModel) -> list[Setting]:
     ``candidates`` stops CPU-bound loading at a worker a core and one more:
     more take cores from the machine's other users. A job that already runs
     more holds that share with its own count, and fewer workers give it up:
-    beside another job's CPU hog, ``oversubscribed``'s best static setting is
+    beside a CPU hog, ``oversubscribed``'s best static setting is
     its own 8 workers made persistent (bench/bench_tune.py --hog), which the
     model puts first there and below 2 persistent workers on a quiet machine.
     So the tuner may try the job's own count made persistent (or at fewer
