@@ -140,6 +140,7 @@ def test_the_hugging_face_trainer_trains_identically_with_the_callback_and_colle
         under_cmd = [*launch, *under_cmd[1:]]  # torchrun -m collector run ...
     under, run_stderr = run(under_cmd, tmp_path)
     for rank in range(world):
+        assert ("none", rank) in under, f"no result line from rank {rank}: {sorted(under)}\n{run_stderr[-3000:]}"
         assert same_training(plain[("none", rank)], plain[("callback", rank)])
         assert same_training(plain[("none", rank)], under[("none", rank)])
     if world == 2:
