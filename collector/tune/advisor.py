@@ -54,8 +54,6 @@ class Advisor:
         self.pid: int | None = None
         self._req = self._rep = -1
         self._buffer = b""
-        self.asked = 0
-        self.answered = 0
         try:
             self.pid, self._req, self._rep = start_child(code)
         except OSError as exc:
@@ -92,17 +90,11 @@ class Advisor:
             os.write(self._req, json.dumps(question).encode() + b"\n")
         except OSError as exc:
             raise AdvisorError(f"the tuner's helper is gone ({exc})") from exc
-        self.asked += 1
-
-    @property
-    def waiting(self) -> bool:
-        return self.answered < self.asked
 
     def poll(self) -> Proposal | NothingPays | None:
         """The newest answer, if one came: a Proposal, or why nothing pays; None while none has. Never blocks."""
         answer: Proposal | NothingPays | None = None
         while (line := self._line()) is not None:
-            self.answered += 1
             answer = _decode(line)
         return answer
 
