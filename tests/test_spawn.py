@@ -16,7 +16,16 @@ from collector.verdict.helper import VerdictHelper
 from collector.writer import process as writer_process
 from collector.writer.frames import Open, RunStart
 from collector.writer.process import STARVED_LIMIT_S, STUCK_AFTER_S, WriterProcess
-from collector.writer.spawn import CHILD_NICE, end_child, forget_in_forks, raise_to_ours, start_child, waiting_for_cpu
+from collector.writer.spawn import (
+    CHILD_NICE,
+    end_child,
+    forget_in_forks,
+    make_polite,
+    raise_to_ours,
+    ran_and_waited_s,
+    start_child,
+    waiting_for_cpu,
+)
 
 READS_TO_THE_END = "import sys; sys.stdin.buffer.read()"
 # Two threads: one spins until its input ends, the other reads it.
@@ -128,6 +137,21 @@ def test_a_child_is_waiting_for_cpu_while_it_spins_not_while_it_sleeps_or_is_sto
     assert waiting_for_cpu(spinner[0]) is None  # gone: nothing to say
 
 
+def test_a_childs_seconds_run_grow_while_it_spins_not_while_it_sleeps():
+    sleeper, spinner = start_child(READS_TO_THE_END), start_child(SPINS)
+    try:
+        assert wait_until(lambda: waiting_for_cpu(sleeper[0]) is False)
+        slept = ran_and_waited_s(sleeper[0])
+        assert wait_until(lambda: (ran_and_waited_s(spinner[0]) or (0.0, 0.0))[0] > 0.3)  # spinning: it runs
+        assert ran_and_waited_s(sleeper[0]) == slept  # blocked on its input: neither runs nor queues
+    finally:
+        for pid, stdin, stdout in (sleeper, spinner):
+            end_child(pid)
+            os.close(stdin)
+            os.close(stdout)
+    assert ran_and_waited_s(spinner[0]) is None  # gone: nothing to say
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="raising a priority back needs root (CI runs as root)")
 def test_raise_to_ours_gives_every_thread_of_a_polite_child_our_priority_back():
     pid, stdin, stdout = start_child(SPINS)
@@ -137,6 +161,8 @@ def test_raise_to_ours_gives_every_thread_of_a_polite_child_our_priority_back():
         assert thread_nices(pid) == [min(19, ours + CHILD_NICE)] * 2  # a thread started later inherits the nice
         assert raise_to_ours(pid)
         assert thread_nices(pid) == [ours, ours]
+        make_polite(pid)  # NOTE [ A helper the job waits on ]: polite again once it answered
+        assert thread_nices(pid) == [min(19, ours + CHILD_NICE)] * 2
     finally:
         os.close(stdin)
         end_child(pid)

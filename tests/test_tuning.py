@@ -23,7 +23,7 @@ from collector.tune.advisor import Advisor
 from collector.tune.answers import NothingPays, Proposal
 from collector.tune.every import tune_every
 from collector.tune.policy import BASELINE_EPOCHS, NOISE_FLOOR, Policy, Segment
-from collector.tune.propose import tuner_candidates
+from collector.tune.propose import propose, tuner_candidates
 
 START = Setting(num_workers=0, threads=2, prefetch_factor=None)
 FOUR = START.but(num_workers=4)
@@ -58,6 +58,23 @@ def test_a_trial_waits_for_the_baseline_epochs_then_is_kept_when_it_measures_fas
     assert policy.summary() == (
         "tuned: num_workers 0 -> 4: 2.5x measured; start there next time: DataLoader(..., num_workers=4)"
     )
+
+
+def test_a_trial_is_judged_on_its_second_segment_only_where_its_persistent_workers_start_in_the_first():
+    two = START.but(num_workers=2, persistent_workers=True)
+    policy = Policy(start=START)
+    for epoch in range(BASELINE_EPOCHS):
+        policy.measured(seg(epoch, 0.010), START)
+    assert policy.next_setting(proposal(two))[0] == two
+    assert policy.measured(seg(2, 0.012), two) is None  # its workers started here: not judged yet
+    kept = policy.measured(seg(3, 0.005), two)
+    assert kept is not None and kept.kept and kept.epoch == 3
+    policy.every = 1
+    one_thread = two.but(threads=1)  # the same workers, already running
+    assert policy.next_setting(proposal(one_thread, baseline=two))[0] == one_thread
+    lost = policy.measured(seg(4, 0.008), one_thread)
+    assert lost is not None and not lost.kept and lost.epoch == 4  # judged on its first: one slow epoch
+    assert policy.current == two
 
 
 def test_a_trial_within_the_settings_own_variation_is_reverted():
@@ -157,6 +174,22 @@ class Squares(Dataset):
         if self.sleep_s:
             time.sleep(self.sleep_s)
         return torch.tensor([float(i)])
+
+
+def test_before_the_training_process_is_sampled_twice_the_helper_says_later_and_tuning_goes_on(db_path):
+    """A model would take the step's unmeasured CPU for none (a short first epoch has one sample or none)."""
+    order(db_path, tune=False, epochs=6, sleep_s=0.006)  # 2.5 s: the 2 Hz sampler's samples, several
+    sampled = propose(db_path, 1, START.but(threads=torch.get_num_threads()), [], fixed_workers=False)
+    assert "later" not in sampled
+    with sqlite3.connect(db_path) as db:  # the same run as its first half-second left it: one sample
+        first = db.execute("SELECT min(ts) FROM proc_samples WHERE role = 'main'").fetchone()[0]
+        db.execute("DELETE FROM proc_samples WHERE role = 'main' AND ts > ?", (first,))
+    early = propose(db_path, 1, START.but(threads=torch.get_num_threads()), [], fixed_workers=False)
+    assert early["later"] is True and "not sampled yet" in early["none"]
+    policy = Policy(start=START)
+    run_epochs(policy, {START: 0.01}, [None] * (BASELINE_EPOCHS + 1))
+    policy.nothing_pays(NothingPays(early["none"], seen=BASELINE_EPOCHS + 1, later=True))
+    assert policy.done is None and policy.wants_proposal()  # a steady answer that could not say yet: ask again
 
 
 def test_apply_puts_a_dataloader_at_a_setting_and_ends_persistent_workers_of_another():

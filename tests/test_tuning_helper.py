@@ -10,6 +10,7 @@ import time
 from test_spawn import thread_nices
 from test_tuning import FOUR, START
 
+from collector.tune.advisor import SERVE as SERVE_FAKE
 from collector.tune.advisor import Advisor, newest_questions
 from collector.tune.answers import NothingPays, Proposal
 from collector.writer.spawn import CHILD_NICE
@@ -56,3 +57,59 @@ def test_the_helper_answers_only_the_newest_of_the_questions_waiting():
         os.close(write)
     assert list(questions) == [b"6"]  # then input ends, and so does the helper
     os.close(read)
+
+
+def _answered(advisor: Advisor) -> NothingPays | Proposal | None:
+    deadline = time.monotonic() + 60
+    while (answer := advisor.poll()) is None and time.monotonic() < deadline:
+        select.select([], [], [], 0.02)
+    return answer
+
+
+def test_a_helper_queued_behind_a_full_machine_gets_the_jobs_priority_until_it_answers(monkeypatch):
+    """NOTE [ A helper the job waits on ]: schedstat's run and queued seconds (faked) decide; its answer ends it."""
+    from collector.tune import advisor as module
+
+    schedstat = [(0.09, 0.91)]  # seconds the helper ran and queued so far, as Linux would say
+    monkeypatch.setattr(module, "ran_and_waited_s", lambda pid: schedstat[-1])
+    calls: list[str] = []
+    monkeypatch.setattr(module, "raise_to_ours", lambda pid: calls.append("raise") or True)
+    monkeypatch.setattr(module, "make_polite", lambda pid: calls.append("polite"))
+    advisor = Advisor("import collector.tune.propose as p; p.propose = lambda *a, **k: {'none': 'x'}; " + SERVE_FAKE)
+    try:
+        advisor.ask("run.sqlite", 1, 0, START, [], False, seen=1)  # queued 0.91 s for 0.09 s run: raised
+        assert calls == ["raise"]
+        assert _answered(advisor) == NothingPays("x", seen=1)
+        assert calls == ["raise", "polite"]  # answered: polite again
+        schedstat.append((0.14, 0.96))
+        advisor.ask("run.sqlite", 1, 1, START, [], False, seen=2)  # 0.05 s run, 0.05 s queued since
+        assert _answered(advisor) == NothingPays("x", seen=2)
+        assert calls == ["raise", "polite"]
+        schedstat.append((0.18, 1.90))
+        advisor.ask("run.sqlite", 1, 2, START, [], False, seen=3)  # 0.04 s run, 0.94 s queued: raised again
+        assert _answered(advisor) == NothingPays("x", seen=3)
+    finally:
+        advisor.close()
+    assert calls == ["raise", "polite", "raise", "polite"]
+
+
+def test_a_helper_that_ran_more_than_it_queued_stays_polite_and_a_refused_raise_is_not_retried(monkeypatch):
+    from collector.tune import advisor as module
+
+    schedstat = [(0.31, 0.13)]  # the healthy demo's, quiet
+    monkeypatch.setattr(module, "ran_and_waited_s", lambda pid: schedstat[-1])
+    calls: list[str] = []
+    monkeypatch.setattr(module, "raise_to_ours", lambda pid: calls.append("raise") and False)  # not root
+    advisor = Advisor("import time; time.sleep(60)")  # never answers
+    try:
+        advisor.ask("run.sqlite", 1, 0, START, [], False, seen=1)
+        schedstat.append((0.40, 0.20))
+        assert advisor.poll() is None  # 0.09 s run, 0.07 s queued: polite still
+        assert calls == []
+        schedstat.append((0.40, 2.20))
+        assert advisor.poll() is None  # queued 2 s: the user may not raise it
+        schedstat.append((0.40, 9.00))
+        assert advisor.poll() is None and advisor.poll() is None
+    finally:
+        advisor.close()
+    assert calls == ["raise"]  # tried once

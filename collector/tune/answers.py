@@ -53,3 +53,4 @@ class NothingPays:
 
     why: str
     seen: int | None = None  # as Proposal.seen
+    later: bool = False  # asked too early to say (the step's CPU not sampled yet): a later question may find one

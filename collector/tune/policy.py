@@ -31,7 +31,9 @@ from collector.tune.every import DEFAULT_EVERY
 # not: the rest of the run trains at the best setting found. Persistent
 # workers start once a run, and on a short epoch their start fills it: a
 # trial that starts them runs two segments and is judged on the second, as
-# every later epoch at that setting runs.
+# every later epoch at that setting runs. A trial of fewer intra-op threads
+# beside persistent workers already running starts none, and is judged on
+# its first (one slow epoch where it loses, not two).
 # Each trial's measure is an epoch (or, for long epochs, a window of one:
 # ``Segment``), in seconds a batch, so a shorter last epoch compares fairly.
 #
@@ -220,7 +222,7 @@ class Policy:
 
     def nothing_pays(self, answer: NothingPays) -> None:
         """The model found no untried setting above 1.0: tuning ends with the current setting, once settled."""
-        if self.done is None and self._trial is None and settled_by(answer.seen):
+        if self.done is None and self._trial is None and settled_by(answer.seen) and not answer.later:
             self.done = answer.why
 
     def measured(self, segment: Segment, setting: Setting) -> Trial | None:
@@ -229,7 +231,7 @@ class Policy:
         if self._measured <= WARMUP_SEGMENTS:
             self._warmup = segment.per_batch_s  # NOTE [ The warm-up segment ]
             return None
-        if self._trial is not None and setting.persistent_workers and not self._warm:
+        if self._trial is not None and _starts_workers(self._trial.baseline, setting) and not self._warm:
             self._warm = True  # its workers started in this one: judged on the next
             return None
         proposal, self._trial, self._warm = self._trial, None, False
@@ -289,6 +291,11 @@ class Policy:
         if self.current == self.start or speedup is None:
             return None
         return line(dataclasses.asdict(self.start), dataclasses.asdict(self.current), speedup)
+
+
+def _starts_workers(baseline: Setting, setting: Setting) -> bool:
+    """A trial whose persistent workers start in its first segment: any loader field changed (threads alone do not)."""
+    return setting.persistent_workers and baseline.but(threads=setting.threads) != setting
 
 
 def _describe(setting: Setting) -> str:

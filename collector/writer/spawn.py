@@ -71,14 +71,35 @@ def spawn_child(code: str, stdin_fd: int, stdout_fd: int, imports: str = "") -> 
 
 def raise_to_ours(pid: int) -> bool:
     """Give every thread of our child ``pid`` this thread's priority back; False where the user may not (NOTE [ A polite writer ])."""
-    ours = os.getpriority(os.PRIO_PROCESS, 0)
+    return _set_priority(pid, os.getpriority(os.PRIO_PROCESS, 0))
+
+
+def make_polite(pid: int) -> None:
+    """Put every thread of our child ``pid`` back at nice +CHILD_NICE beside this thread (always allowed)."""
+    _set_priority(pid, min(19, os.getpriority(os.PRIO_PROCESS, 0) + CHILD_NICE))
+
+
+def _set_priority(pid: int, nice: int) -> bool:
     try:
         for tid in _threads(pid) or [pid]:
             with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile
-                os.setpriority(os.PRIO_PROCESS, tid, ours)
-    except OSError:  # not root, no CAP_SYS_NICE, RLIMIT_NICE below it
+                os.setpriority(os.PRIO_PROCESS, tid, nice)
+    except OSError:  # a lower nice value than now: not root, no CAP_SYS_NICE, RLIMIT_NICE below it
         return False
     return True
+
+
+def ran_and_waited_s(pid: int) -> tuple[float, float] | None:
+    """Seconds the threads of ``pid`` ran, and waited queued for a core, so far; None where Linux's /proc cannot say."""
+    ran = waited = 0.0
+    for tid in _threads(pid) or []:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as stat:
+                fields = stat.read().split()
+            ran, waited = ran + int(fields[0]) / 1e9, waited + int(fields[1]) / 1e9
+        except (OSError, IndexError, ValueError):  # a thread that ended meanwhile; no schedstat
+            continue
+    return (ran, waited) if ran or waited else None
 
 
 def waiting_for_cpu(pid: int) -> bool | None:
