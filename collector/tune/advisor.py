@@ -64,7 +64,7 @@ from collector.writer.spawn import (
 # machine beside the healthy demo the helper queued 0.13 s for 0.31 s run,
 # and stays polite.
 SERVE = "from collector.tune.advisor import serve; serve()"
-STARVED = 2.0  # queued for a core this many times as long as it ran: other processes fill the machine
+STARVED = 2.0  # queued for a core this many times as long as it ran: the machine is full
 STARVED_MIN_S = 0.1  # and at least this long: a scheduler's latency is not a full machine
 
 
@@ -138,7 +138,7 @@ class Advisor:
         return answer
 
     def _spur(self) -> None:
-        """The job's priority for a helper that waits for a core behind other processes (NOTE [ A helper the job waits on ])."""
+        """The job's priority for a helper that queues for a core while the job waits on it (NOTE [ A helper the job waits on ])."""
         now = ran_and_waited_s(self.pid) if self.pid is not None and self._may_raise else None
         if now is None:
             return

@@ -86,10 +86,10 @@ def tuner_candidates(model: EpochModel) -> list[Setting]:
     see. The tuner measures before it keeps, so it may go past that cap
     where the cap protects no one, and keeps only what measures faster:
     - on a quiet machine (other processes kept under QUIET_CORES busy), up
-      to the count memory allows. The photo pipeline's persistent epochs of
-      8 batches ran 0.93 s with 8 workers and 1.09 s with 2 at 2 threads
-      (bench/bench_tune.py); the model played them at 0.91 s and 1.06 s,
-      and the report, capped, never names the faster one;
+      to the count memory allows. bench/bench_tune.py's photo pipeline, its
+      persistent epochs of 8 batches, ran 0.93 s with 8 workers and 1.09 s
+      with 2 at 2 threads (4 interleaved rounds); the model played them at
+      0.91 s and 1.06 s, and the report, capped, never names the faster one;
     - a job that already runs more workers holds that share of the cores
       with its own count, and fewer give it up: beside a CPU hog,
       ``oversubscribed``'s best static setting is its own 8 workers made
