@@ -293,12 +293,25 @@ def oversubscribed_model(others_busy: float, background: float, start_s: float) 
     )
 
 
-def test_the_tuner_may_keep_a_jobs_own_worker_count_past_the_cap_and_the_report_never_does():
+def test_the_tuner_may_keep_up_to_a_jobs_own_worker_count_past_the_cap_and_the_report_never_does():
+    """Other processes keep a quarter of a core busy (0.26) or a hog fills the machine: the job's own share only."""
     quiet, hog = oversubscribed_model(0.26, 0.26, 0.11), oversubscribed_model(1.02, 4.1, 0.26)
     own = Setting(num_workers=8, threads=1, prefetch_factor=2, persistent_workers=True)
+    cap = max(s.num_workers for s in candidates(hog))
     for model in (quiet, hog):
-        assert max(s.num_workers for s in candidates(model)) < 8 and own in tuner_candidates(model)
-    assert choose(quiet, [quiet.recorded, *tuner_candidates(quiet)])[0].setting.num_workers < 8
-    assert choose(hog, [hog.recorded, *tuner_candidates(hog)])[0].setting == own  # fewer lose the share to the hog
+        assert cap < 4 and max(s.num_workers for s in candidates(model)) == cap and own in tuner_candidates(model)
+        assert {s.num_workers for s in tuner_candidates(model)} == set(range(9))  # up to its own count, no more
+    assert choose(quiet, [quiet.recorded, *tuner_candidates(quiet)])[0].setting.num_workers <= cap
+    hold = choose(hog, [hog.recorded, *tuner_candidates(hog)])[0].setting
+    assert hold.num_workers > cap and hold.persistent_workers  # fewer give the job's share to the hog
     two = dataclasses.replace(quiet, recorded=quiet.recorded.but(num_workers=2))
     assert tuner_candidates(two) == candidates(two)
+
+
+def test_on_a_quiet_machine_the_tuner_may_try_cpu_bound_workers_past_the_cap_up_to_memorys_limit():
+    quiet = dataclasses.replace(oversubscribed_model(0.0, 0.0, 0.11), recorded=START.but(num_workers=2, threads=1))
+    cap = max(s.num_workers for s in candidates(quiet))
+    assert {s.num_workers for s in tuner_candidates(quiet)} == set(range(17))  # past the cap of 3: nobody's cores
+    assert cap == 3 and candidates(quiet) == [s for s in tuner_candidates(quiet) if s.num_workers <= cap]
+    tight = dataclasses.replace(quiet, max_workers=5)
+    assert max(s.num_workers for s in tuner_candidates(tight)) == 5

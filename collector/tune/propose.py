@@ -90,20 +90,17 @@ def tuner_candidates(model: EpochModel) -> list[Setting]:
       persistent epochs of 8 batches, ran 0.93 s with 8 workers and 1.09 s
       with 2 at 2 threads (4 interleaved rounds); the model played them at
       0.91 s and 1.06 s, and the report, capped, never names the faster one;
-    - a job that already runs more workers holds that share of the cores
-      with its own count, and fewer give it up: beside a CPU hog,
-      ``oversubscribed``'s best static setting is its own 8 workers made
-      persistent, which the model puts first there.
+    - a job that already runs more workers holds that share of the cores:
+      any count up to its own takes no more, and fewer than the cap give
+      it up. Beside a CPU hog, ``oversubscribed``'s best static setting is
+      its own 8 workers made persistent, or 4 (bench/bench_tune.py --hog).
     The report still caps them and cures an oversubscription
     (``workers_exceed_cores``).
     """
     listed = candidates(model)
     own, top = model.recorded.num_workers, max(s.num_workers for s in listed)
-    wider = (
-        set(range(top + 1, min(model.max_workers, MAX_CANDIDATE_WORKERS) + 1))
-        if model.others_busy < QUIET_CORES
-        else set()
-    )
+    ceiling = MAX_CANDIDATE_WORKERS if model.others_busy < QUIET_CORES else own  # taking no one's cores
+    wider = set(range(top + 1, min(ceiling, model.max_workers) + 1))
     if top < own <= model.max_workers:
         wider.add(own)
     return listed + [s.but(num_workers=n) for n in sorted(wider) for s in listed if s.num_workers == top]
