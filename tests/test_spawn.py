@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
 import time
+from collections.abc import Iterator
 
 import psutil
 import pytest
@@ -120,35 +122,36 @@ def thread_nices(pid: int) -> list[int]:
     return nices
 
 
-def test_a_child_is_waiting_for_cpu_while_it_spins_not_while_it_sleeps_or_is_stopped():
+@contextlib.contextmanager
+def sleeper_and_spinner() -> Iterator[tuple[tuple[int, int, int], tuple[int, int, int]]]:
+    """Two children (pid, stdin, stdout): one blocked on its input, one spinning; both ended after."""
     sleeper, spinner = start_child(READS_TO_THE_END), start_child(SPINS)
     try:
+        yield sleeper, spinner
+    finally:
+        for pid, stdin, stdout in (sleeper, spinner):
+            end_child(pid)
+            os.close(stdin)
+            os.close(stdout)
+
+
+def test_a_child_is_waiting_for_cpu_while_it_spins_not_while_it_sleeps_or_is_stopped():
+    with sleeper_and_spinner() as (sleeper, spinner):
         assert wait_until(lambda: waiting_for_cpu(sleeper[0]) is False)  # booted, then blocked on its input
         assert not any(waiting_for_cpu(sleeper[0]) for _ in range(20))  # silence there would be a hang
         assert wait_until(lambda: len(thread_nices(spinner[0])) == 2)
         assert all(waiting_for_cpu(spinner[0]) for _ in range(20))  # runnable: silence there is a starved machine
         os.kill(spinner[0], signal.SIGSTOP)
         assert wait_until(lambda: waiting_for_cpu(spinner[0]) is False)  # stopped: not starved
-    finally:
-        for pid, stdin, stdout in (sleeper, spinner):
-            end_child(pid)
-            os.close(stdin)
-            os.close(stdout)
     assert waiting_for_cpu(spinner[0]) is None  # gone: nothing to say
 
 
 def test_a_childs_seconds_run_grow_while_it_spins_not_while_it_sleeps():
-    sleeper, spinner = start_child(READS_TO_THE_END), start_child(SPINS)
-    try:
+    with sleeper_and_spinner() as (sleeper, spinner):
         assert wait_until(lambda: waiting_for_cpu(sleeper[0]) is False)
         slept = ran_and_waited_s(sleeper[0])
         assert wait_until(lambda: (ran_and_waited_s(spinner[0]) or (0.0, 0.0))[0] > 0.3)  # spinning: it runs
         assert ran_and_waited_s(sleeper[0]) == slept  # blocked on its input: neither runs nor queues
-    finally:
-        for pid, stdin, stdout in (sleeper, spinner):
-            end_child(pid)
-            os.close(stdin)
-            os.close(stdout)
     assert ran_and_waited_s(spinner[0]) is None  # gone: nothing to say
 
 

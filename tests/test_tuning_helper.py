@@ -32,10 +32,7 @@ def test_the_helper_answers_with_what_its_question_had_seen_as_politely_as_the_w
         answers = []
         for epoch, seen in ((0, 1), (None, 3)):
             advisor.ask("run.sqlite", 1, epoch, START, [START], False, seen=seen)
-            deadline = time.monotonic() + 60
-            while (answer := advisor.poll()) is None and time.monotonic() < deadline:
-                select.select([], [], [], 0.02)
-            answers.append(answer)
+            answers.append(_answered(advisor))
     finally:
         advisor.close()
     assert answers[0] == NothingPays("nothing", seen=1)
