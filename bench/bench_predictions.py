@@ -136,7 +136,7 @@ def evaluate(args: argparse.Namespace) -> None:
             base = median[_key(r)]
             for key, then in median.items():
                 condition, pipeline, n, t, p = key
-                if (condition, pipeline) != (r["condition"], r["pipeline"]) or key == _key(r) or t > r["threads"]:
+                if (condition, pipeline) != (r["condition"], r["pipeline"]) or key == _key(r):
                     continue
                 setting = model.recorded.but(num_workers=n, threads=t, persistent_workers=bool(p) and n > 0)
                 s = model.speedup(setting)

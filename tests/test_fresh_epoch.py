@@ -85,3 +85,16 @@ def test_fewer_intra_op_threads_run_the_step_by_amdahls_law_not_by_its_cpu():
     assert model.step_alone_s(2.0) == pytest.approx(0.080)
     assert model.step_alone_s(1.0) == pytest.approx(0.080 * speedup_2)
     assert 1.4 < speedup_2 < 1.6  # NOTE [ Intra-op threads ]: measured 1.52x on bench/pipelines.py's CNN
+
+
+def test_a_step_that_kept_its_one_thread_busy_runs_by_amdahls_law_on_more_and_one_that_left_threads_idle_does_not():
+    """Recorded on 1 busy thread: on 2 it runs 1.52x faster alone. Recorded with a pool of 4 it used 1.5 of: no faster on 8."""
+    busy = EpochModel(epoch_batches=100, **dict(SHARED, cores=8.0, recorded=Setting(0, 1, None)))
+    assert busy.threads_saturated
+    assert busy.q(Setting(0, 2, None)) == 2.0
+    assert busy.step_alone_s(busy.q(Setting(0, 2, None))) == pytest.approx(0.080 / (1 / (1 - C.PARALLEL_SHARE / 2)))
+    assert busy.speedup(Setting(0, 2, None)) > 1.0
+    idle = EpochModel(epoch_batches=100, **dict(SHARED, cores=8.0, step_threads=1.5, recorded=Setting(0, 4, None)))
+    assert not idle.threads_saturated
+    assert idle.q(Setting(0, 8, None)) == 1.5
+    assert idle.speedup(Setting(0, 8, None)) == pytest.approx(1.0)

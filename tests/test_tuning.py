@@ -315,3 +315,31 @@ def test_on_a_quiet_machine_the_tuner_may_try_cpu_bound_workers_past_the_cap_up_
     assert cap == 3 and candidates(quiet) == [s for s in tuner_candidates(quiet) if s.num_workers <= cap]
     tight = dataclasses.replace(quiet, max_workers=5)
     assert max(s.num_workers for s in tuner_candidates(tight)) == 5
+
+
+def test_a_trial_that_took_a_thread_away_may_give_it_back_where_the_step_kept_its_thread_busy():
+    """The photo pipeline after a kept trial of 2 fresh workers at 1 thread (its measured model): its own 2 threads
+    come back as candidates, and the pick holds them; never more than the job ran at, nor for a step with idle threads."""
+    photo = EpochModel(
+        cores=2.0,
+        background=0.0,
+        step_work_s=0.1027,
+        step_threads=1.0,
+        step_blocked_s=0.0,
+        handoff_s=0.0017,
+        load_cpu_s=0.1034,
+        load_blocked_s=0.0019,
+        epoch_batches=8.0,
+        start_s=0.0383,
+        end_s=0.0109,
+        recorded=Setting(num_workers=2, threads=1, prefetch_factor=2),
+        queue_loss_s=0.0131,
+        spread=0.0276,
+    )
+    assert {s.threads for s in tuner_candidates(photo)} == {s.threads for s in candidates(photo)} == {1}
+    back = tuner_candidates(photo, threads=2)
+    assert {s.threads for s in back} == {1, 2} and [s for s in back if s.threads == 1] == tuner_candidates(photo)
+    pick = choose(photo, [photo.recorded, *back])[0]
+    assert pick.setting.threads == 2 and pick.setting.persistent_workers and pick.speedup > 1.1
+    idle = dataclasses.replace(photo, step_threads=1.5, recorded=photo.recorded.but(threads=2))
+    assert {s.threads for s in tuner_candidates(idle, threads=4)} == {1, 2}  # it used 1.5 of 2: no more

@@ -60,7 +60,7 @@ def propose(
     done = set(tried)
     allowed = [
         s
-        for s in tuner_candidates(model)
+        for s in tuner_candidates(model, threads=max(s.threads for s in [current, *tried]))
         if s not in done and not (fixed_workers and s.num_workers != current.num_workers)
     ]
     if not allowed:
@@ -78,8 +78,8 @@ def propose(
     }
 
 
-def tuner_candidates(model: EpochModel) -> list[Setting]:
-    """The diagnosis's candidates, and more workers where no other process would lose cores to them.
+def tuner_candidates(model: EpochModel, threads: int | None = None) -> list[Setting]:
+    """The diagnosis's candidates, more workers where no other process would lose cores to them, the job's threads back.
 
     ``candidates`` stops CPU-bound loading at a worker a core and one more:
     more take cores from the machine's other users, a loss the model cannot
@@ -96,6 +96,13 @@ def tuner_candidates(model: EpochModel) -> list[Setting]:
       its own 8 workers made persistent, or 4 (bench/bench_tune.py --hog).
     The report still caps them and cures an oversubscription
     (``workers_exceed_cores``).
+
+    ``threads``, the most intra-op threads the job ran at (its own, before a
+    trial took some away): where the step kept every thread it had busy, up
+    to that many come back as candidates (the model plays them by Amdahl's
+    law, NOTE [ Intra-op threads ]). The photo pipeline's best settings hold
+    2 threads; a kept trial of 1 thread otherwise never found its way back.
+    The report never suggests more threads than the job set.
     """
     listed = candidates(model)
     own, top = model.recorded.num_workers, max(s.num_workers for s in listed)
@@ -103,7 +110,10 @@ def tuner_candidates(model: EpochModel) -> list[Setting]:
     wider = set(range(top + 1, min(ceiling, model.max_workers) + 1))
     if top < own <= model.max_workers:
         wider.add(own)
-    return listed + [s.but(num_workers=n) for n in sorted(wider) for s in listed if s.num_workers == top]
+    listed += [s.but(num_workers=n) for n in sorted(wider) for s in listed if s.num_workers == top]
+    rec = model.recorded.threads
+    more = range(rec + 1, (threads or rec) + 1) if model.threads_saturated else range(0)
+    return listed + [s.but(threads=t) for t in more for s in listed if s.threads == rec]
 
 
 @dataclass(frozen=True)
