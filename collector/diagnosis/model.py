@@ -141,8 +141,8 @@ class EpochModel:
         every thread busy may scale further, as Amdahl's law plays it
         (NOTE [ Intra-op threads ]).
         """
-        most = float(setting.threads) if self.threads_saturated else self.step_threads
-        return max(1.0, min(most, float(setting.threads)))
+        more = max(0, setting.threads - self.recorded.threads) if self.threads_saturated else 0
+        return max(1.0, min(self.step_threads + more, float(setting.threads)))
 
     @property
     def threads_saturated(self) -> bool:

@@ -58,9 +58,10 @@ def propose(
     if model is None:
         return {"none": "loading was not timed, so no setting can be predicted"}
     done = set(tried)
+    most_threads = max(t.threads for t in [current, *tried])  # the job's own: the tuner never adds threads
     allowed = [
         s
-        for s in tuner_candidates(model, threads=max(s.threads for s in [current, *tried]))
+        for s in tuner_candidates(model, threads=most_threads)
         if s not in done and not (fixed_workers and s.num_workers != current.num_workers)
     ]
     if not allowed:
