@@ -28,6 +28,21 @@ def parse(raw: bytes) -> tuple[int, int] | None:
     return int(parts[0]), int(parts[1])
 
 
+def threads_ns(pid: int, tids: list[int], proc: str = PROC) -> tuple[int, int] | None:
+    """(cpu_ns, runq_ns) summed over threads ``tids`` of ``pid`` now; None where none of them could be read."""
+    cpu = runq = 0
+    read = False
+    for tid in tids:
+        try:
+            with open(f"{proc}/{pid}/task/{tid}/schedstat", "rb") as f:
+                parsed = parse(f.read(96))
+        except (OSError, ValueError):  # a thread that ended meanwhile; no schedstat
+            continue
+        if parsed is not None:
+            cpu, runq, read = cpu + parsed[0], runq + parsed[1], True
+    return (cpu, runq) if read else None
+
+
 class ThreadClock:
     """The calling thread's (cpu_ns, runq_ns); runq_ns None where schedstat is missing.
 

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
+from collector.sample.schedstat import threads_ns
+
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding collector/
 # Isolated (-I: no working directory, no PYTHON* variables on the path; -S:
 # no site, whose .pth files cost a writer about 25 ms of CPU), the
@@ -91,15 +93,8 @@ def _set_priority(pid: int, nice: int) -> bool:
 
 def ran_and_waited_s(pid: int) -> tuple[float, float] | None:
     """Seconds the threads of ``pid`` ran, and waited queued for a core, so far; None where Linux's /proc cannot say."""
-    ran = waited = 0.0
-    for tid in _threads(pid) or []:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as stat:
-                fields = stat.read().split()
-            ran, waited = ran + int(fields[0]) / 1e9, waited + int(fields[1]) / 1e9
-        except (OSError, IndexError, ValueError):  # a thread that ended meanwhile; no schedstat
-            continue
-    return (ran, waited) if ran or waited else None
+    totals = threads_ns(pid, _threads(pid) or [])
+    return None if totals is None else (totals[0] / 1e9, totals[1] / 1e9)
 
 
 def waiting_for_cpu(pid: int) -> bool | None:
