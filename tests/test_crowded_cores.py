@@ -28,8 +28,8 @@ def two_cores(**kw: float | int | bool) -> EpochModel:
         load_cpu_s=0.100,
         load_blocked_s=0.0,
         epoch_batches=1000,
-        start_s=0.0,
-        end_s=0.0,
+        start_per_worker_s=0.0,
+        end_per_worker_s=0.0,
         recorded=at(0),
     )
     return EpochModel(**{**base, **kw})

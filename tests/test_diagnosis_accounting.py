@@ -146,8 +146,8 @@ SHARED = dict(
     handoff_s=0.001,
     load_blocked_s=0.0,
     epoch_batches=100.0,
-    start_s=0.1,
-    end_s=0.025,
+    start_per_worker_s=0.1,
+    end_per_worker_s=0.025,
 )
 
 

@@ -6,6 +6,7 @@ import dataclasses
 
 import pytest
 
+from collector.diagnosis.build import fit_step
 from collector.diagnosis.calibration import C
 from collector.diagnosis.fresh import Epoch
 from collector.diagnosis.model import FILL_BATCHES, EpochModel, Setting
@@ -57,8 +58,8 @@ SHARED = dict(
     handoff_s=0.001,
     load_cpu_s=0.100,
     load_blocked_s=0.0,
-    start_s=0.1,
-    end_s=0.025,
+    start_per_worker_s=0.045,  # with C.START_FIXED_S, 0.1 s for 2 workers
+    end_per_worker_s=0.0095,  # with C.END_FIXED_S, 0.025 s for 2 workers
     recorded=Setting(2, 1, 2, False),
 )
 FRESH, KEPT = Setting(2, 1, 2, False), Setting(2, 1, 2, True)
@@ -76,6 +77,16 @@ def test_a_short_epoch_of_fresh_workers_is_played_out_and_a_long_one_goes_on_at_
     long = dataclasses.replace(short, epoch_batches=1_000_000)
     assert long.epoch_s(FRESH) == pytest.approx(1_000_000 * long.cycle(FRESH), rel=1e-4)
     assert played == [FILL_BATCHES]  # whole rounds of 2 past it go at the steady cycle, not one by one
+
+
+def test_each_fresh_worker_adds_its_start_and_end_beside_a_fixed_part():
+    """Forked and joined one after another: 6 fresh workers cost 4 workers' share more than 2, persistent ones none."""
+    model = EpochModel(epoch_batches=8, **dict(SHARED, cores=4.0))
+    assert model.ends_s(2) == pytest.approx(0.1 + 0.025)
+    assert model.ends_s(6) - model.ends_s(2) == pytest.approx(4 * (0.045 + 0.0095))
+    assert model.ends_s(0) == 0.0
+    six = Setting(6, 1, 2, False)
+    assert model.epoch_s(six) - model.epoch_s(six.but(persistent_workers=True)) == pytest.approx(model.ends_s(6))
 
 
 def test_fewer_intra_op_threads_run_the_step_by_amdahls_law_not_by_its_cpu():
@@ -98,3 +109,21 @@ def test_a_step_that_kept_its_one_thread_busy_runs_by_amdahls_law_on_more_and_on
     assert not idle.threads_saturated
     assert idle.q(Setting(0, 8, None)) == 1.5
     assert idle.speedup(Setting(0, 8, None)) == pytest.approx(1.0)
+
+
+def test_the_steps_work_comes_out_of_the_played_epoch_where_its_workers_compute_only_at_its_start():
+    """8 batches, 4 persistent workers (8 in flight) fetch them all at the start: past it the steps run alone.
+
+    Read as a steady cycle's step, stretched beside 4 computing workers (0.13 s), the 0.05 s measured would
+    leave the step a third of its work; the played epoch gives it back whole (NOTE [ The step beside
+    computing workers ]).
+    """
+    true = EpochModel(
+        epoch_batches=8, **dict(SHARED, step_work_s=0.1, step_threads=2.0, recorded=Setting(4, 2, 2, True))
+    )
+    measured = true.step_mean_s(true.recorded, head=4)
+    assert measured == pytest.approx(true.step_alone_s(2.0))  # alone
+    assert true._steady(true.recorded)[1] > 2 * measured  # a steady cycle's step: workers beside it throughout
+    fitted = fit_step(dataclasses.replace(true, step_work_s=0.01), measured, head=4)
+    assert fitted.step_work_s == pytest.approx(0.1, rel=1e-6)
+    assert fitted.epoch_s(true.recorded) == pytest.approx(true.epoch_s(true.recorded), rel=1e-6)

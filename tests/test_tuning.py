@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_in
 
 from collector import watch
 from collector.diagnosis import diagnose
+from collector.diagnosis.calibration import C
 from collector.diagnosis.choose import candidates, choose
 from collector.diagnosis.model import EpochModel, Setting
 from collector.errors import CollectorWarning
@@ -285,8 +286,8 @@ def oversubscribed_model(others_busy: float, background: float, start_s: float) 
         load_cpu_s=0.0164,
         load_blocked_s=0.0003,
         epoch_batches=64.0,
-        start_s=start_s,
-        end_s=0.04,
+        start_per_worker_s=(start_s - C.START_FIXED_S) / 8,  # measured an epoch, for its 8 workers
+        end_per_worker_s=(0.04 - C.END_FIXED_S) / 8,
         recorded=Setting(num_workers=8, threads=1, prefetch_factor=2),
         others_busy=others_busy,
         queue_loss_s=0.0002,
@@ -331,8 +332,8 @@ def test_a_trial_that_took_a_thread_away_may_give_it_back_where_the_step_kept_it
         load_cpu_s=0.1034,
         load_blocked_s=0.0019,
         epoch_batches=8.0,
-        start_s=0.0383,
-        end_s=0.0109,
+        start_per_worker_s=0.0142,  # 38 ms an epoch for 2 workers
+        end_per_worker_s=0.0025,  # 11 ms
         recorded=Setting(num_workers=2, threads=1, prefetch_factor=2),
         queue_loss_s=0.0131,
         spread=0.0276,

@@ -9,6 +9,8 @@ from collector.diagnosis.cores import background_for, background_using, share
 from collector.diagnosis.model import MAX_WORKERS, EpochModel, Setting
 from collector.diagnosis.stats import Facts
 
+FIT_ROUNDS = 30  # bisections of the step's work: a billionth of its measured CPU
+
 
 def recorded_setting(facts: Facts) -> Setting:
     return Setting(
@@ -53,9 +55,10 @@ def build_model(facts: Facts, *, worker_bytes: float | None = None) -> EpochMode
     others = _others_runnable(facts, cores, load_cpu, load_runq, ours)
     stretch = share(q + k, others, cores) ** -q
     handoff = facts.handoff_s if facts.num_workers > 0 and facts.handoff_s > 0 else C.HANDOFF_S
-    end = C.END_S
-    if facts.num_workers > 0 and not facts.persistent_workers and facts.end_wait_s > 0:
-        end = facts.end_wait_s / max(1, facts.epochs)
+    fresh = facts.num_workers > 0 and not facts.persistent_workers
+    end = C.END_PER_WORKER_S
+    if fresh and facts.end_wait_s > 0:  # measured: an epoch's final next(), less the part no worker adds
+        end = max(0.0, facts.end_wait_s / max(1, facts.epochs) - C.END_FIXED_S) / facts.num_workers
     model = EpochModel(
         cores=cores,
         background=others,
@@ -66,22 +69,45 @@ def build_model(facts: Facts, *, worker_bytes: float | None = None) -> EpochMode
         load_cpu_s=load_cpu,
         load_blocked_s=load_blocked,
         epoch_batches=max(1.0, facts.epoch_batches),
-        start_s=C.START_S,
-        end_s=end,
+        start_per_worker_s=C.START_PER_WORKER_S,
+        end_per_worker_s=end,
         recorded=recorded_setting(facts),
         others_busy=facts.background_cores,
         copy_saving_s=_copy_saving_s(facts),
         max_workers=_max_workers(facts, worker_bytes),
         spread=facts.cycle_spread,
     )
-    if facts.num_workers > 0 and not facts.persistent_workers and facts.epoch_first_s:
+    if facts.num_workers > 0:
+        model = fit_step(model, step_wall - step_blocked, facts.steady_from)
+    if fresh and facts.epoch_first_s:
         # measured: iter() to batch 0 of later epochs, less the first fetch the epoch's simulation counts itself
+        # and the part no worker adds
         first = sorted(facts.epoch_first_s)[len(facts.epoch_first_s) // 2]
-        model = dataclasses.replace(model, start_s=max(0.0, first - model.first_fetch_s(facts.num_workers)))
+        start = max(0.0, first - model.first_fetch_s(facts.num_workers) - C.START_FIXED_S) / facts.num_workers
+        model = dataclasses.replace(model, start_per_worker_s=start)
     if facts.num_workers > 0 and model.headroom(model.recorded) >= 1.0:
         # workers out-produce the loop on average: cycles slower than the model's are the queue's (see NOTE)
         model = dataclasses.replace(model, queue_loss_s=max(0.0, facts.cycle_s - model._cycle(model.recorded)))
     return model
+
+
+def fit_step(model: EpochModel, measured_s: float, head: int) -> EpochModel:
+    """``model`` with the step's uncontended work that plays the run's measured mean step at its own setting.
+
+    Where a worker computes beside a step changes within an epoch (NOTE [ The
+    step beside computing workers ]), so the work comes out of the played
+    epoch, found by bisection: the played step grows with the work, and it
+    is at most the measured compute on all the step's threads.
+    """
+    low, high = 0.0, measured_s * model.step_threads
+    target = measured_s + model.blocked_s(model.recorded)
+    for _ in range(FIT_ROUNDS):
+        mid = 0.5 * (low + high)
+        if dataclasses.replace(model, step_work_s=mid).step_mean_s(model.recorded, head) < target:
+            low = mid
+        else:
+            high = mid
+    return dataclasses.replace(model, step_work_s=0.5 * (low + high))
 
 
 def _max_workers(facts: Facts, worker_bytes: float | None) -> int:

@@ -36,18 +36,34 @@ _TABLE: dict[str, Constant] = {
             "leave-one-pipeline-out on bench/bench_predictions.py it reads 0.75-0.85, with the same median error",
         ),
         Constant(
-            "START_S",
-            0.04,
+            "START_FIXED_S",
+            0.01,
             "s an epoch",
-            "fresh workers' start (fork, init) before their first fetch, where a run did not measure it: "
-            "0-0.12 s measured from iter() to batch 0 on 2 cores (bench/bench_predictions.py)",
+            "fresh workers' start beyond what each worker adds (the iterator's queues and threads): the starved "
+            "demo's iter() to batch 0, less its first fetch, was 22, 46 and 81 ms with 2, 6 and 12 workers on 2 "
+            "cores (a line 10 ms + 5.9 ms a worker)",
         ),
         Constant(
-            "END_S",
-            0.025,
+            "START_PER_WORKER_S",
+            0.006,
+            "s an epoch a worker",
+            "each fresh worker's fork and start, one after another in the loop's process, where a run did not "
+            "measure it: the starved demo's line (START_FIXED_S); the photo-like pipelines of "
+            "bench/bench_predictions.py measured 0-0.16 s with 1-3 workers",
+        ),
+        Constant(
+            "END_FIXED_S",
+            0.006,
             "s an epoch",
-            "the final next() that shuts non-persistent workers down, where a run did not measure it: "
-            "19-38 ms on 2 cores (bench/bench_stall.py)",
+            "the final next() that shuts fresh workers down, beyond what each worker adds: 10, 20 and 34 ms with "
+            "2, 6 and 12 of the starved demo's workers (a line 5.3 ms + 2.4 ms a worker); 10-11, 12-14 and 14-18 ms "
+            "with 1, 2 and 3 workers of bench/bench_predictions.py's pipelines",
+        ),
+        Constant(
+            "END_PER_WORKER_S",
+            0.0025,
+            "s an epoch a worker",
+            "each fresh worker told to stop and joined in turn, where a run did not measure it (END_FIXED_S)",
         ),
         Constant(
             "HANDOFF_S",

@@ -59,6 +59,10 @@ class Epoch:
 
     def seconds(self, batches: int) -> float:
         """From the workers' first fetch to the end of the last batch's step."""
+        return self.play(batches)[0]
+
+    def play(self, batches: int) -> tuple[float, list[float]]:
+        """(the epoch's seconds, each batch's step in seconds: from the loop taking it to its end)."""
         n = self.workers
         ahead = max(1, self.prefetch) * n
         queues: list[deque[int]] = [deque() for _ in range(n)]
@@ -69,7 +73,8 @@ class Epoch:
         nxt = 0  # the batch the loop waits for
         blocked_left, compute_left = 0.0, 0.0
         stepping = False  # the loop is on a batch (its blocked part, then its compute)
-        t = 0.0
+        t, taken = 0.0, 0.0
+        steps: list[float] = []
         while True:
             for w in range(n):  # idle workers take their next index
                 task = fetching[w]
@@ -80,14 +85,15 @@ class Epoch:
                     fetching[w] = _Fetch(queues[w].popleft(), self.load_cpu_s, self.load_blocked_s)
             if stepping and blocked_left <= DONE and compute_left <= DONE:
                 stepping = False
+                steps.append(t - taken)
                 if nxt == batches:
-                    return t
+                    return t, steps
             if not stepping and ready[nxt]:  # the loop takes its batch; its index slot goes to the next one
                 sent = nxt + ahead
                 if sent < batches:
                     queues[sent % n].append(sent)
                 nxt += 1
-                stepping, blocked_left, compute_left = True, self.step_blocked_s, self.step_compute_s
+                stepping, blocked_left, compute_left, taken = True, self.step_blocked_s, self.step_compute_s, t
                 continue
             computing = sum(1 for task in fetching if task is not None and task.cpu_s > DONE)
             step_runs = stepping and blocked_left <= DONE

@@ -79,7 +79,9 @@ class EpochModel:
         epoch      = played out                         persistent workers: no start or end, the same fill
 
     solved as a fixed point. The step's uncontended work comes out of its
-    recorded wall time by the same formula at the recorded setting; loading's
+    recorded wall time by the same model at the recorded setting (with
+    workers, the played epoch's steps at the batches the run measured: NOTE
+    [ The step beside computing workers ]); loading's
     CPU and blocked time, the waits for a core, fresh workers' start and end
     were measured where the run could (NOTE [ Where the time goes ]). A run
     that could not measure the waits for a core (no Linux schedstat) gets the
@@ -104,8 +106,8 @@ class EpochModel:
     load_cpu_s: float
     load_blocked_s: float
     epoch_batches: float
-    start_s: float  # a fresh set of workers' start cost per epoch, beyond steady batches
-    end_s: float  # the final next() of an epoch with fresh workers
+    start_per_worker_s: float  # each fresh worker's start an epoch, beyond steady batches (``ends_s``)
+    end_per_worker_s: float  # each fresh worker's share of an epoch's final next(), which shuts them down
     recorded: Setting
     others_busy: float = 0.0  # the cores other processes kept busy (B counts their runnable threads)
     queue_loss_s: float = 0.0  # per batch at the recorded queue depth: cycles lost to uneven fetches
@@ -154,9 +156,14 @@ class EpochModel:
         return self._cycle(setting) + self.queue_loss(setting)
 
     def _cycle(self, setting: Setting) -> float:
+        return self._steady(setting)[0]
+
+    def _steady(self, setting: Setting) -> tuple[float, float]:
+        """(seconds per batch, the step's seconds) in steady state, before uneven fetches."""
         q, n = self.q(setting), setting.num_workers
         if n <= 0:
-            return self.step_s(q, 0.0, setting) + self.load_blocked_s + self.load_cpu_s * self._stretch(1.0)
+            step = self.step_s(q, 0.0, setting)
+            return step + self.load_blocked_s + self.load_cpu_s * self._stretch(1.0), step
         floor = self._floor(q)
         y = max(self.step_s(q, 0.0, setting) + self.handoff_s, (self.load_cpu_s + self.load_blocked_s) / n, floor)
         k = min(float(n), self.load_cpu_s / y)
@@ -169,7 +176,7 @@ class EpochModel:
             if abs(new_y - y) < 1e-8 and abs(new_k - k) < 1e-6:
                 break
             y, k = 0.5 * (y + new_y), 0.5 * (k + new_k)
-        return y
+        return y, self.step_s(q, k, setting)
 
     def queue_loss(self, setting: Setting) -> float:
         """Seconds a batch lost to uneven fetches at ``setting``'s queue depth (NOTE [ Sharing the cores ])."""
@@ -184,6 +191,37 @@ class EpochModel:
         lost = self.queue_loss(setting) * self.epoch_batches
         if n <= 0:
             return self.epoch_batches * y + lost
+        batches, played, epoch = self._played(setting)
+        # persistent workers start and end once a run, but their queues start empty at each iter() too
+        ends = 0.0 if setting.persistent_workers else self.ends_s(n)
+        return ends + epoch.seconds(played) + (batches - played) * y + lost
+
+    def step_mean_s(self, setting: Setting, head: int) -> float:
+        """The mean step an epoch at ``setting`` plays on its batches from ``head`` on, as a run measures it.
+
+        NOTE [ The step beside computing workers ]
+        A short epoch's workers fetch its batches at its start, so its first
+        steps share the cores with them and its last ones run alone: on the
+        photo pipeline (8 batches, 4 persistent workers, 2 threads) the steps
+        measured 0.24-0.26 s, 0.10-0.14 s, then 0.05 s each. The run's mean
+        step is of the batches past the epoch's start (``start_batches``), so
+        it comes out of the played epoch at the same batches (row i holds the
+        step on batch i - 1, the last batch's step in none). Read as a
+        steady cycle's instead, with every worker computing beside it, the
+        step's own work came out at a third of what it ran alone, and the
+        model put that epoch at 0.51 s where it measured 0.81-0.90 s.
+        """
+        step = self._steady(setting)[1]
+        if setting.num_workers <= 0:
+            return step
+        batches, played, epoch = self._played(setting)
+        steps = [s - self.handoff_s for s in epoch.play(played)[1][max(0, head - 1) : played - 1]]  # next()'s
+        rest = batches - played
+        return (sum(steps) + rest * step) / (len(steps) + rest) if steps or rest else step
+
+    def _played(self, setting: Setting) -> tuple[int, int, Epoch]:
+        """(an epoch's batches, how many of them are played out, the epoch that plays them)."""
+        n = setting.num_workers
         batches = max(1, round(self.epoch_batches))
         played = batches - n * max(0, (batches - FILL_BATCHES) // n)  # the rest goes at the steady cycle
         q = self.q(setting)
@@ -198,9 +236,22 @@ class EpochModel:
             step_compute_s=self.step_alone_s(q),
             step_blocked_s=self.blocked_s(setting) + self.handoff_s,
         )
-        # persistent workers start and end once a run, but their queues start empty at each iter() too
-        ends = 0.0 if setting.persistent_workers else self.start_s + self.end_s
-        return ends + epoch.seconds(played) + (batches - played) * y + lost
+        return batches, played, epoch
+
+    def ends_s(self, workers: int) -> float:
+        """What starting and shutting down ``workers`` fresh workers adds to an epoch.
+
+        The loop's process forks its workers one after another at iter(),
+        and at the epoch's end tells each to stop and joins it in turn, so
+        both grow by a worker's share per worker beside a fixed part
+        (C.START_FIXED_S, C.END_FIXED_S): the starved demo's fresh epochs
+        ran 0.025, 0.067 and 0.13 s longer than persistent ones with 2, 6
+        and 12 workers. A run measures its own at its worker count, and its
+        share a worker comes out of that.
+        """
+        if workers <= 0:
+            return 0.0
+        return C.START_FIXED_S + C.END_FIXED_S + workers * (self.start_per_worker_s + self.end_per_worker_s)
 
     @functools.cached_property
     def recorded_epoch_s(self) -> float:

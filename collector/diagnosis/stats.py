@@ -11,7 +11,7 @@ import pandas as pd
 from collector.diagnosis.accounting import active_spans, job_cpu, mean_range, window_edges
 from collector.diagnosis.data import RunData
 from collector.diagnosis.load import load_costs, load_share
-from collector.diagnosis.phases import STEADY, WARMUP, epoch_starts, label_phases
+from collector.diagnosis.phases import STEADY, WARMUP, epoch_starts, label_phases, start_batches
 
 MIN_HANDOFF_BATCHES = 10  # ready batches needed before their median wait counts as the hand-off cost
 WINDOWS = 8  # epochs (or equal time windows) the uncertainty is taken over
@@ -67,6 +67,7 @@ class Facts:
     accounting_exact: bool  # CPU from cumulative counters and the workers' own totals (schema 3)
     torch_threads: int | None  # torch.get_num_threads() in the training process
     epoch_batches: float  # batches per epoch, on average
+    steady_from: int  # an epoch's first batch in steady state: the step and cycle means are of those from it on
     end_wait_s: float  # final next() calls, summed
     collector_s: float  # the collector's own work on the training thread in the spans: in no wait, no active time
     fetch_concurrency: float | None  # workers fetching at once, on average
@@ -99,8 +100,9 @@ def measure(data: RunData) -> Facts:
     run_start_in_data = int(b["idx"].iloc[0]) == 0 and data.window is None
     phases = label_phases(b, n_workers, run_start_in_data=run_start_in_data)
     steady = phases == STEADY
+    steady_from = start_batches(n_workers)
     if steady.sum() < 2:  # tiny runs: everything after the first batch counts as steady
-        steady = np.arange(len(b)) > 0
+        steady, steady_from = np.arange(len(b)) > 0, 1
     ready_steady = steady & (ready > 0)
     handoff = float(np.median(wait[ready_steady])) if ready_steady.sum() >= MIN_HANDOFF_BATCHES else 0.0
     stall = np.maximum(0.0, wait - handoff)
@@ -189,6 +191,7 @@ def measure(data: RunData) -> Facts:
         accounting_exact=job.exact,
         torch_threads=_int(data.run.get("torch_threads")),
         epoch_batches=(len(b) + folded) / max(1, n_epochs),
+        steady_from=steady_from,
         end_wait_s=spans.end_wait_s,
         collector_s=spans.collector_s,
         fetch_concurrency=load.concurrency,

@@ -142,7 +142,7 @@ def _reason(facts: Facts, model: EpochModel, chosen: Prediction, parameter: str)
         f"an epoch of {model.epoch_batches:.0f} batches takes {now:.2f} s now and {then:.2f} s with the whole change"
     )
     if parameter == "persistent_workers":
-        cost = model.start_s + model.end_s
+        cost = model.ends_s(model.recorded.num_workers)
         return f"keep workers alive between epochs: starting and ending them costs about {cost:.2f} s an epoch; {epoch}"
     if parameter == "prefetch_factor":
         return (
