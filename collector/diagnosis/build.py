@@ -78,7 +78,7 @@ def build_model(facts: Facts, *, worker_bytes: float | None = None) -> EpochMode
         spread=facts.cycle_spread,
     )
     if facts.num_workers > 0:
-        model = fit_step(model, step_wall - step_blocked, facts.steady_from)
+        model = fit_step(model, step_wall, facts.steady_from)
     if fresh and facts.epoch_first_s:
         # measured: iter() to batch 0 of later epochs, less the first fetch the epoch's simulation counts itself
         # and the part no worker adds
@@ -91,19 +91,19 @@ def build_model(facts: Facts, *, worker_bytes: float | None = None) -> EpochMode
     return model
 
 
-def fit_step(model: EpochModel, measured_s: float, head: int) -> EpochModel:
-    """``model`` with the step's uncontended work that plays the run's measured mean step at its own setting.
+def fit_step(model: EpochModel, step_s: float, head: int) -> EpochModel:
+    """``model`` with the step's uncontended work that plays ``step_s``, the run's mean step from batch ``head``.
 
-    Where a worker computes beside a step changes within an epoch (NOTE [ The
-    step beside computing workers ]), so the work comes out of the played
-    epoch, found by bisection: the played step grows with the work, and it
-    is at most the measured compute on all the step's threads.
+    Whether a worker computes beside a step changes within an epoch (NOTE
+    [ The step beside computing workers ]), so the work comes out of the
+    played epoch at the recorded setting, found by bisection: the played
+    step grows with the work, and the work is at most the step's time less
+    its blocked part, on every one of its threads.
     """
-    low, high = 0.0, measured_s * model.step_threads
-    target = measured_s + model.blocked_s(model.recorded)
+    low, high = 0.0, max(0.0, step_s - model.blocked_s(model.recorded)) * model.step_threads
     for _ in range(FIT_ROUNDS):
         mid = 0.5 * (low + high)
-        if dataclasses.replace(model, step_work_s=mid).step_mean_s(model.recorded, head) < target:
+        if dataclasses.replace(model, step_work_s=mid).step_mean_s(model.recorded, head) < step_s:
             low = mid
         else:
             high = mid

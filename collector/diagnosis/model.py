@@ -206,7 +206,7 @@ class EpochModel:
         measured 0.24-0.26 s, 0.10-0.14 s, then 0.05 s each. The run's mean
         step is of the batches past the epoch's start (``start_batches``), so
         it comes out of the played epoch at the same batches (row i holds the
-        step on batch i - 1, the last batch's step in none). Read as a
+        step on batch i - 1; the last batch's step is in no row). Read as a
         steady cycle's instead, with every worker computing beside it, the
         step's own work came out at a third of what it ran alone, and the
         model put that epoch at 0.51 s where it measured 0.81-0.90 s.
