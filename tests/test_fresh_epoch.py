@@ -155,3 +155,25 @@ def test_a_run_measures_its_fresh_workers_start_and_end_and_the_model_takes_a_wo
     assert model.ends_s(2) == pytest.approx(start + end, abs=1e-6)  # its own count: as measured
     share = (start - C.START_FIXED_S + end - C.END_FIXED_S) / 2
     assert model.ends_s(4) == pytest.approx(start + end + 2 * share, abs=1e-6)
+
+
+def test_with_one_epoch_recorded_its_own_start_is_the_measure(tmp_path):
+    """The tuner's first question comes after one epoch: its 0.5 s worker start counts, not the default's 0.03 s."""
+    n = 20
+    spec = Synthetic(
+        wait_s=np.full(n, 0.002),
+        step_s=0.02,
+        config={"batch_size": 32, "num_workers": 2, "persistent_workers": False, "prefetch_factor": 2},
+        first_batch_s=0.5,
+        worker_id=np.arange(n) % 2,
+        worker_wall_s=np.full(n, 0.03),
+        worker_cpu_s=np.full(n, 0.01),
+    )
+    path = str(tmp_path / "one-epoch.sqlite")
+    write_synthetic(path, spec)
+    facts = measure(load_run(path))
+    assert facts.epochs == 1 and facts.epoch_first_s == pytest.approx((0.502,))
+    model = build_model(facts)
+    assert model is not None
+    assert model.start_per_worker_s == pytest.approx((0.502 - model.first_fetch_s(2) - C.START_FIXED_S) / 2)
+    assert model.speedup(model.recorded.but(persistent_workers=True)) > 1.5
