@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ from collector.diagnosis.calibration import C
 from collector.diagnosis.data import load_run
 from collector.diagnosis.fresh import Epoch
 from collector.diagnosis.model import FILL_BATCHES, EpochModel, Setting
-from collector.diagnosis.stats import measure
+from collector.diagnosis.stats import Facts, measure
 
 IDLE = dict(prefetch=2, cores=8.0, background=0.0, load_cpu_s=0.0, step_threads=1.0, step_compute_s=0.0)
 
@@ -133,23 +134,27 @@ def test_the_steps_work_comes_out_of_the_played_epoch_where_its_workers_compute_
     assert fitted.epoch_s(true.recorded) == pytest.approx(true.epoch_s(true.recorded), rel=1e-6)
 
 
+def fresh_run_facts(path: str, batches: int, **spec: Any) -> Facts:
+    """A recorded run with 2 fresh workers (30 ms a fetch, 10 ms of it CPU) and a 20 ms step, measured."""
+    write_synthetic(
+        path,
+        Synthetic(
+            wait_s=np.full(batches, 0.002),
+            step_s=0.02,
+            config={"batch_size": 32, "num_workers": 2, "persistent_workers": False, "prefetch_factor": 2},
+            worker_id=np.arange(batches) % 2,
+            worker_wall_s=np.full(batches, 0.03),
+            worker_cpu_s=np.full(batches, 0.01),
+            **spec,
+        ),
+    )
+    return measure(load_run(path))
+
+
 def test_a_run_measures_its_fresh_workers_start_and_end_and_the_model_takes_a_workers_share_out_of_them(tmp_path):
     """2 fresh workers: iter() to batch 0 takes 0.102 s (0.03 s of it the first fetch), the final next() 0.03 s."""
-    n = 200
-    spec = Synthetic(
-        wait_s=np.full(n, 0.002),
-        step_s=0.02,
-        config={"batch_size": 32, "num_workers": 2, "persistent_workers": False, "prefetch_factor": 2},
-        epoch_len=20,
-        first_batch_s=0.1,
-        end_wait_s=0.03,
-        worker_id=np.arange(n) % 2,
-        worker_wall_s=np.full(n, 0.03),
-        worker_cpu_s=np.full(n, 0.01),
-    )
-    path = str(tmp_path / "fresh.sqlite")
-    write_synthetic(path, spec)
-    model = build_model(measure(load_run(path)))
+    facts = fresh_run_facts(str(tmp_path / "fresh.sqlite"), 200, epoch_len=20, first_batch_s=0.1, end_wait_s=0.03)
+    model = build_model(facts)
     assert model is not None and model.first_fetch_s(2) == pytest.approx(0.03)
     start, end = 0.102 - 0.03, 0.03
     assert model.ends_s(2) == pytest.approx(start + end, abs=1e-6)  # its own count: as measured
@@ -159,19 +164,7 @@ def test_a_run_measures_its_fresh_workers_start_and_end_and_the_model_takes_a_wo
 
 def test_with_one_epoch_recorded_its_own_start_is_the_measure(tmp_path):
     """The tuner's first question comes after one epoch: its 0.5 s worker start counts, not the default's 0.03 s."""
-    n = 20
-    spec = Synthetic(
-        wait_s=np.full(n, 0.002),
-        step_s=0.02,
-        config={"batch_size": 32, "num_workers": 2, "persistent_workers": False, "prefetch_factor": 2},
-        first_batch_s=0.5,
-        worker_id=np.arange(n) % 2,
-        worker_wall_s=np.full(n, 0.03),
-        worker_cpu_s=np.full(n, 0.01),
-    )
-    path = str(tmp_path / "one-epoch.sqlite")
-    write_synthetic(path, spec)
-    facts = measure(load_run(path))
+    facts = fresh_run_facts(str(tmp_path / "one-epoch.sqlite"), 20, first_batch_s=0.5)
     assert facts.epochs == 1 and facts.epoch_first_s == pytest.approx((0.502,))
     model = build_model(facts)
     assert model is not None
