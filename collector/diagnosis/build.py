@@ -10,6 +10,7 @@ from collector.diagnosis.model import MAX_WORKERS, EpochModel, Setting
 from collector.diagnosis.stats import Facts
 
 FIT_ROUNDS = 30  # bisections of the step's work: a billionth of its measured CPU
+MIN_THREADS_APART = 0.5  # steps' runnable threads this far apart measure the parallel share
 
 
 def recorded_setting(facts: Facts) -> Setting:
@@ -108,6 +109,23 @@ def fit_step(model: EpochModel, step_s: float, head: int) -> EpochModel:
         else:
             high = mid
     return dataclasses.replace(model, step_work_s=0.5 * (low + high))
+
+
+def parallel_share_between(a: EpochModel, b: EpochModel) -> float | None:
+    """The step's parallel share by Amdahl's law from two models of one job on other thread counts (NOTE [ Intra-op threads ]).
+
+    Each model's step, alone on as many cores as its threads, is measured;
+    the share is the one at which the law plays the one from the other.
+    None where their steps ran on as many threads.
+    """
+    few, many = sorted((a, b), key=lambda m: m.step_threads)
+    if many.step_threads - few.step_threads < MIN_THREADS_APART:
+        return None
+    faster = (few.step_work_s / few.step_threads) / max(many.step_work_s / many.step_threads, 1e-12)
+    # r = 1 / faster = ((1 - p) + p / many) / ((1 - p) + p / few), solved for p
+    r = 1.0 / max(faster, 1e-12)
+    share = (1.0 - r) / (1.0 - 1.0 / many.step_threads - r * (1.0 - 1.0 / few.step_threads))
+    return min(1.0, max(0.0, share))
 
 
 def _max_workers(facts: Facts, worker_bytes: float | None) -> int:

@@ -29,11 +29,25 @@ _TABLE: dict[str, Constant] = {
     for c in (
         Constant(
             "PARALLEL_SHARE",
+            0.82,
+            "share of a step's compute",
+            "bench/bench_predictions.py's two CNNs (bench/pipelines.py's SmallCNN and a course's, batch 32 of 64 px), "
+            "no workers, idle 2-core machine, two rounds each: their steps ran 1.52-1.93x faster on 2 intra-op "
+            "threads than on 1; Amdahl's law solved for the parallel share, the median of the seven clean pairs. "
+            "The bench's predictions cannot tell the shares apart: 1419-1424 of its 1443 within 25% at 0.68-0.90",
+        ),
+        Constant(
+            "PARALLEL_SHARE_LOW",
             0.68,
             "share of a step's compute",
-            "bench/pipelines.py's SmallCNN, batch 32 of 64 px, no workers, idle 2-core machine: 120-124 ms a batch "
-            "on 1 intra-op thread, 79-81 ms on 2 (1.52x); Amdahl's law solved for the parallel share. Fitted "
-            "leave-one-pipeline-out on bench/bench_predictions.py it reads 0.75-0.85, with the same median error",
+            "the least of the same seven pairs (1.52x on 2 threads): where a run did not measure its share, a "
+            "prediction on another thread count spans PARALLEL_SHARE_LOW to PARALLEL_SHARE_HIGH",
+        ),
+        Constant(
+            "PARALLEL_SHARE_HIGH",
+            0.96,
+            "share of a step's compute",
+            "the most of the same seven pairs (1.93x); bench/bench_tune.py's photo pipeline measured 1.8-2.0x",
         ),
         Constant(
             "START_FIXED_S",

@@ -32,15 +32,16 @@ class Prediction:
 
 
 def predict(model: EpochModel, setting: Setting) -> Prediction:
-    """The model's speed-up for ``setting``, widened by the run's own spread and the model's measured error."""
-    speedup = model.speedup(setting)
+    """The model's speed-up for ``setting``, widened by the run's own spread, the model's measured error and,
+    on another thread count, the parallel shares the run leaves open (NOTE [ Intra-op threads ])."""
+    least, most = model.speedup_span(setting)
     spread = min(model.spread, MAX_SPREAD)
     return Prediction(
         setting=setting,
         changes=model.recorded.changed(setting),
-        speedup=speedup,
-        low=speedup / C.MODEL_HIGH * (1.0 - spread),
-        high=speedup / C.MODEL_LOW * (1.0 + spread),
+        speedup=model.speedup(setting),
+        low=least / C.MODEL_HIGH * (1.0 - spread),
+        high=most / C.MODEL_LOW * (1.0 + spread),
     )
 
 
@@ -82,6 +83,12 @@ def candidates(model: EpochModel, *, prefetch: int | None = None) -> list[Settin
 def choose(model: EpochModel, settings: Iterable[Setting]) -> tuple[Prediction, list[Prediction]]:
     """(the setting to recommend, the alternatives considered), each with its prediction.
 
+    Each setting is ranked by the least speed-up the model gives it: on
+    another thread count, at the parallel share that suits it least (NOTE
+    [ Intra-op threads ]). Ranked by the middle share, bench/bench_tune.py's
+    photo pipeline put 1 worker at 1 thread level with 8 at 2 (1.43x both);
+    its step ran 1.85x slower on 1 thread, not the 1.52x that share played,
+    and the tuner's trial of 1 thread measured 1.10-1.15x.
     The least change within C.CLOSE of the best wins (the recorded setting, if it is a candidate that
     close: more CPU-bound workers than ``candidates`` allows never are).
     Workers that only just keep up lose more than the model's mean predicts, so where the pick's
@@ -92,7 +99,7 @@ def choose(model: EpochModel, settings: Iterable[Setting]) -> tuple[Prediction, 
     where they measured 8.5%.) I/O-bound loading then gets C.IO_SURPLUS times its workers: storage
     latency varies and a sleeping worker costs only memory.
     """
-    scores = {s: model.speedup(s) for s in dict.fromkeys(settings)}
+    scores = {s: model.speedup_span(s)[0] for s in dict.fromkeys(settings)}
     best = max(scores.values(), default=1.0)
     near = [s for s, v in scores.items() if v >= C.CLOSE * best] or [model.recorded]
     pick = model.recorded if model.recorded in near else _least_change(model, near)

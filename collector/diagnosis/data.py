@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from collector.diagnosis.tuned import settled, settled_run
+from collector.diagnosis.tuned import at_setting, settled, settled_run
 from collector.errors import InsufficientData, RunInProgress
 from collector.store.diagnosis_queries import batch_aggregates, lean_batches
 from collector.store.reader import Reader
@@ -48,8 +48,12 @@ def load_run(
     window_s: float | None = None,
     last_batches: int | None = None,
     live: bool = False,
+    at: dict[str, Any] | None = None,
 ) -> RunData:
-    """Read one run's tables; raise a typed error for anything a diagnosis cannot use."""
+    """Read one run's tables; raise a typed error for anything a diagnosis cannot use.
+
+    A tuned run is read at the setting it settled on, or at ``at`` (a stored setting, as epochs.setting holds it).
+    """
     if window_s is not None and not window_s > 0:
         raise ValueError(f"window_s must be > 0 seconds, got {window_s!r}")
     if last_batches is not None and (isinstance(last_batches, bool) or int(last_batches) < 2):
@@ -68,7 +72,7 @@ def load_run(
         since_ts = None if last is None else float(last) - float(window_s)
     batches = lean_batches(reader, run_id, since_ts=since_ts, last_batches=last_batches)
     all_epochs = reader.epochs(run_id)
-    tuned = settled(all_epochs)
+    tuned = settled(all_epochs) if at is None else at_setting(all_epochs, at)
     if tuned is not None:  # a tuned run: the epochs at the setting it settled on (NOTE [ Live tuning ])
         batches = batches[batches["epoch"].isin(tuned[0])].reset_index(drop=True)
         info = settled_run(info, tuned[1])

@@ -114,6 +114,7 @@ class EpochModel:
     copy_saving_s: float = 0.0  # per batch: what page-locked batches save on the copy to the GPU
     max_workers: int = MAX_WORKERS  # memory's limit
     spread: float = 0.0  # the run's own variation: relative spread of its epochs' (or windows') time a batch
+    measured_share: float | None = None  # the step's parallel share, where the run ran at two thread counts
 
     def _stretch(self, ours: float) -> float:
         """How much longer our ``ours`` runnable threads take than with a core each (NOTE [ Crowded cores ])."""
@@ -121,7 +122,35 @@ class EpochModel:
 
     def step_alone_s(self, q: float) -> float:
         """The step's compute on q intra-op threads with a core each (NOTE [ Intra-op threads ])."""
-        return self.step_work_s / self.step_threads * _speedup(self.step_threads) / _speedup(q)
+        p = self.parallel_share
+        return self.step_work_s / self.step_threads * _speedup(self.step_threads, p) / _speedup(q, p)
+
+    @property
+    def parallel_share(self) -> float:
+        """The share of the step's compute its threads share out: measured where the run could, else the table's."""
+        return C.PARALLEL_SHARE if self.measured_share is None else self.measured_share
+
+    def speedup_span(self, setting: Setting) -> tuple[float, float]:
+        """The least and the most speed-up of ``setting`` over the parallel shares the run leaves open.
+
+        A step on as many threads as recorded takes its time as measured;
+        on more or fewer, Amdahl's law plays it with a parallel share that
+        one thread count cannot show (NOTE [ Intra-op threads ]). Unmeasured,
+        it spans C.PARALLEL_SHARE_LOW to C.PARALLEL_SHARE_HIGH.
+        """
+        speedup = self.speedup(setting)
+        if abs(self.q(setting) - self.step_threads) < 1e-9 or self.measured_share is not None:
+            return speedup, speedup
+        ends = [m.speedup(setting) for m in self._share_ends]
+        return min(speedup, *ends), max(speedup, *ends)
+
+    @functools.cached_property
+    def _share_ends(self) -> tuple[EpochModel, EpochModel]:
+        """This model at the least and the most parallel share a step was measured with."""
+        return (
+            dataclasses.replace(self, measured_share=C.PARALLEL_SHARE_LOW),
+            dataclasses.replace(self, measured_share=C.PARALLEL_SHARE_HIGH),
+        )
 
     def blocked_s(self, setting: Setting) -> float:
         """The step's time on no core (a GPU's work, copies, sleeps): less the copy page-locked batches save."""
@@ -288,23 +317,26 @@ class EpochModel:
         return self.load_cpu_s >= self.load_blocked_s
 
 
-def _speedup(q: float) -> float:
-    """How much faster a step runs on q intra-op threads than on one (Amdahl, C.PARALLEL_SHARE of it parallel).
+def _speedup(q: float, p: float) -> float:
+    """How much faster a step runs on q intra-op threads than on one (Amdahl, ``p`` of it parallel).
 
     NOTE [ Intra-op threads ]
     A step's threads spin at the barriers of its parallel regions, so a run
     measures q threads busy for the whole step and cannot tell the useful
-    share from the spinning. Its CPU is not the work one thread would do:
-    bench/pipelines.py's CNN took 120-124 ms a batch on 1 thread and 79-81 ms
-    on 2 (1.52x, for 2.05x the CPU), on an idle 2-core machine without
-    workers, light and heavy alike. So a step on fewer threads is predicted
-    from Amdahl's law with that measured parallel share (C.PARALLEL_SHARE),
-    not from its CPU: reading 2 threads' CPU as one thread's work had a
-    1-thread step take 40% too long. The same law plays a step on more
+    share from the spinning. Its CPU is not the work one thread would do: so
+    a step on fewer threads is predicted from Amdahl's law with a parallel
+    share, not from its CPU (reading 2 threads' CPU as one thread's work had
+    a 1-thread step take 40% too long). The same law plays a step on more
     threads than it was recorded on, where it kept every thread it had busy
-    (``threads_saturated``): bench/bench_predictions.py's 1-thread runs
-    predicted their pipelines' 2-thread settings within 25% 383 times in 392
-    (median error 5%); held at the recorded thread, 357 (median 11%).
+    (``threads_saturated``). The share is the job's own: on an idle 2-core
+    machine without workers, bench/bench_predictions.py's two CNNs ran 1.52x
+    to 1.93x faster on 2 threads than on 1 (shares 0.68-0.96, median 0.82),
+    as much between rounds of one pipeline as between pipelines, and
+    bench/bench_tune.py's photo pipeline 1.8-2.0x. One thread count cannot
+    show it, so a prediction at another spans C.PARALLEL_SHARE_LOW to
+    C.PARALLEL_SHARE_HIGH (``speedup_span``) about C.PARALLEL_SHARE, and
+    ``choose`` ranks it by the least of that span; where the run ran at two
+    thread counts (a tuner's trial), their steps measure the share
+    (``parallel_share_between`` in collector/diagnosis/build.py).
     """
-    p = C.PARALLEL_SHARE
     return 1.0 / ((1.0 - p) + p / max(q, 1.0))

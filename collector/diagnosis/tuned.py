@@ -34,6 +34,12 @@ def settled(epochs: pd.DataFrame) -> tuple[list[int], dict[str, Any]] | None:
     return sorted(kept), target
 
 
+def at_setting(epochs: pd.DataFrame, setting: dict[str, Any]) -> tuple[list[int], dict[str, Any]]:
+    """(the epochs a tuned run ran at ``setting``, trials included, that setting)."""
+    rows = zip(epochs["epoch"], epochs["setting"], strict=True) if "setting" in epochs else iter(())
+    return [int(e) for e, s in rows if isinstance(s, str) and _bare(json.loads(s)) == setting], setting
+
+
 def settled_run(run: dict[str, Any], setting: dict[str, Any]) -> dict[str, Any]:
     """The run row as if recorded at ``setting``: its config's loader settings and torch's threads."""
     config = dict(run.get("config") or {})
