@@ -217,7 +217,7 @@ def test_other_processes_threads_are_read_from_our_own_waits_for_a_core(tmp_path
 
 def test_a_steps_cpu_beyond_its_intra_op_pool_is_not_read_as_more_threads(tmp_path):
     """A 10 ms step on torch's 2 threads whose process burned 2.3 cores meanwhile still runs on 2 threads."""
-    from collector.diagnosis.model import _speedup
+    from collector.diagnosis.threads import amdahl
 
     main_pct = 100.0 * (0.030 + 0.023) / 0.040
     facts, model = main_thread_loading(
@@ -225,7 +225,7 @@ def test_a_steps_cpu_beyond_its_intra_op_pool_is_not_read_as_more_threads(tmp_pa
     )
     assert facts.step_cpu_s / facts.step_mean_s == pytest.approx(2.3, rel=0.02)
     assert model.step_threads == 2.0
-    assert model.step_alone_s(1.0) == pytest.approx(facts.step_mean_s * _speedup(2.0, model.parallel_share), rel=0.01)
+    assert model.step_alone_s(1.0) == pytest.approx(facts.step_mean_s * amdahl(2.0, model.parallel_share), rel=0.01)
 
 
 def test_a_loading_thread_that_barely_waited_for_a_core_invents_no_other_process(tmp_path):

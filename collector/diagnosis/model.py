@@ -5,55 +5,16 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass
-from typing import Any
 
 from collector.diagnosis.calibration import C
 from collector.diagnosis.cores import share
 from collector.diagnosis.fresh import Epoch
+from collector.diagnosis.setting import Setting
+from collector.diagnosis.threads import amdahl
 
 MAX_WORKERS = 64
 SATURATED_THREADS_SLACK = 0.2  # threads of the pool a step may leave idle and still count as using them all
 FILL_BATCHES = 64  # batches of an epoch with fresh workers played out (NOTE [ Fresh workers each epoch ])
-
-
-@dataclass(frozen=True)
-class Setting:
-    """What a prediction is for: the DataLoader's settings and torch's intra-op threads."""
-
-    num_workers: int
-    threads: int  # torch.set_num_threads
-    prefetch_factor: int | None = 2  # batches in flight per worker (None without workers: DataLoader refuses one)
-    persistent_workers: bool = False
-    pin_memory: bool = False
-
-    def changed(self, other: Setting) -> dict[str, Any]:
-        """The fields of ``other`` that differ from this setting's, by parameter name, in a fixed order."""
-        names = {"threads": "torch.set_num_threads"}
-        needs_workers = ("prefetch_factor", "persistent_workers")  # left at their defaults without workers
-        return {
-            names.get(f.name, f.name): getattr(other, f.name)
-            for f in dataclasses.fields(self)
-            if _effective(self, f.name) != _effective(other, f.name)
-            and not (other.num_workers == 0 and f.name in needs_workers)
-        }
-
-    def but(self, **changes: Any) -> Setting:
-        """This setting with ``changes``; settings that need workers go back to their defaults without them."""
-        new = dataclasses.replace(self, **changes)
-        if new.num_workers == 0:
-            return dataclasses.replace(new, prefetch_factor=None, persistent_workers=False)
-        return new if new.prefetch_factor is not None else dataclasses.replace(new, prefetch_factor=2)
-
-    @property
-    def depth(self) -> int:
-        """Batches the workers may hold in flight."""
-        return self.num_workers * (self.prefetch_factor or 0)
-
-
-def _effective(setting: Setting, name: str) -> Any:
-    """A field as DataLoader applies it: no prefetch_factor (no workers) and the default 2 queue alike."""
-    value = getattr(setting, name)
-    return 2 if name == "prefetch_factor" and value is None else value
 
 
 @dataclass(frozen=True)
@@ -123,7 +84,7 @@ class EpochModel:
     def step_alone_s(self, q: float) -> float:
         """The step's compute on q intra-op threads with a core each (NOTE [ Intra-op threads ])."""
         p = self.parallel_share
-        return self.step_work_s / self.step_threads * _speedup(self.step_threads, p) / _speedup(q, p)
+        return self.step_work_s / self.step_threads * amdahl(self.step_threads, p) / amdahl(q, p)
 
     @property
     def parallel_share(self) -> float:
@@ -315,28 +276,3 @@ class EpochModel:
 
     def cpu_bound(self) -> bool:
         return self.load_cpu_s >= self.load_blocked_s
-
-
-def _speedup(q: float, p: float) -> float:
-    """How much faster a step runs on q intra-op threads than on one (Amdahl, ``p`` of it parallel).
-
-    NOTE [ Intra-op threads ]
-    A step's threads spin at the barriers of its parallel regions, so a run
-    measures q threads busy for the whole step and cannot tell the useful
-    share from the spinning. Its CPU is not the work one thread would do: so
-    a step on fewer threads is predicted from Amdahl's law with a parallel
-    share, not from its CPU (reading 2 threads' CPU as one thread's work had
-    a 1-thread step take 40% too long). The same law plays a step on more
-    threads than it was recorded on, where it kept every thread it had busy
-    (``threads_saturated``). The share is the job's own: on an idle 2-core
-    machine without workers, bench/bench_predictions.py's two CNNs ran 1.52x
-    to 1.93x faster on 2 threads than on 1 (shares 0.68-0.96, median 0.82),
-    as much between rounds of one pipeline as between pipelines, and
-    bench/bench_tune.py's photo pipeline 1.8-2.0x. One thread count cannot
-    show it, so a prediction at another spans C.PARALLEL_SHARE_LOW to
-    C.PARALLEL_SHARE_HIGH (``speedup_span``) about C.PARALLEL_SHARE, and
-    ``choose`` ranks it by the least of that span; where the run ran at two
-    thread counts (a tuner's trial), their steps measure the share
-    (``parallel_share_between`` in collector/diagnosis/build.py).
-    """
-    return 1.0 / ((1.0 - p) + p / max(q, 1.0))
