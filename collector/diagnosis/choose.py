@@ -85,10 +85,10 @@ def choose(model: EpochModel, settings: Iterable[Setting]) -> tuple[Prediction, 
 
     Each setting is ranked by the least speed-up the model gives it: on
     another thread count, at the parallel share that suits it least (NOTE
-    [ Intra-op threads ]). Ranked by the middle share, bench/bench_tune.py's
-    photo pipeline put 1 worker at 1 thread level with 8 at 2 (1.43x both);
-    its step ran 1.85x slower on 1 thread, not the 1.52x that share played,
-    and the tuner's trial of 1 thread measured 1.10-1.15x.
+    [ Intra-op threads ]). Ranked by one share, bench/bench_tune.py's photo
+    pipeline put 1 worker at 1 thread level with 8 at 2 (1.40x and 1.43x at
+    the table's); its step ran 1.85x slower on 1 thread, and the tuner's
+    trials of 1 thread measured 1.10-1.15x.
     The least change within C.CLOSE of the best wins (the recorded setting, if it is a candidate that
     close: more CPU-bound workers than ``candidates`` allows never are).
     Workers that only just keep up lose more than the model's mean predicts, so where the pick's

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections import Counter
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -103,8 +102,7 @@ def with_measured_share(reader: Reader, run_id: int, model: EpochModel, epochs: 
     ]
     if not others:
         return model
-    counts = Counter(json.dumps(s, sort_keys=True) for s in others)
-    at = json.loads(max(counts, key=lambda key: counts[key]))
+    at = max(others, key=others.count)
     try:
         other = build_model(measure(load_run(reader, run_id, live=True, at=at)))
     except InsufficientData:
