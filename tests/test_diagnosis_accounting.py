@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import sqlite3
 from pathlib import Path
 
 import numpy as np
@@ -103,6 +104,34 @@ def test_short_lived_workers_counted_from_their_own_totals_are_not_other_process
     assert facts.worker_cpu_cores == pytest.approx(0.9, abs=0.1)
     assert facts.background_cores < 0.2
     assert not any(n.startswith("Other processes kept") for n in report.notes)
+
+
+def test_the_collectors_own_processes_are_not_other_processes(tmp_path):
+    """Our writer and the tuner's helper, sampled beside the job, are subtracted from the machine's busy cores."""
+    path = str(tmp_path / "run.sqlite")
+    # 1.6 busy cores: the job's 1.3 and 0.3 that are ours, at 0.15 each
+    write_synthetic(path, starved_workers(host_cpu_pct=80.0, worker_cpu_s=0.020, worker_runq_s=0.0))
+    before = measure(load_run(path)).background_cores
+    with sqlite3.connect(path) as db:
+        stamps = [ts for (ts,) in db.execute("SELECT ts FROM host_samples ORDER BY ts")]
+        db.executemany(
+            "INSERT INTO proc_samples (run_id, ts, pid, role, cpu_pct) VALUES (1, ?, ?, ?, ?)",
+            [(ts, pid, role, 15.0) for ts in stamps for pid, role in ((9001, "writer"), (9002, "helper"))],
+        )
+    assert before == pytest.approx(0.3, abs=0.05)
+    assert measure(load_run(path)).background_cores == pytest.approx(0.0, abs=0.05)
+
+
+def test_the_first_host_sample_is_no_sample_of_the_loaders_time(tmp_path):
+    """Its busy share is over the time since the writer started, before the loader ran: left out."""
+    path = str(tmp_path / "run.sqlite")
+    # the job's 1.3 cores, nothing else; two samples past the warm-up, as a question after a short first epoch sees
+    write_synthetic(path, starved_workers(host_cpu_pct=65.0, worker_cpu_s=0.020, worker_runq_s=0.0))
+    with sqlite3.connect(path) as db:
+        db.execute("DELETE FROM host_samples WHERE ts < (SELECT MIN(started_at) + 1.0 FROM epochs)")
+        db.execute("DELETE FROM host_samples WHERE ts NOT IN (SELECT ts FROM host_samples ORDER BY ts LIMIT 2)")
+        db.execute("UPDATE host_samples SET cpu_pct = 100.0 WHERE ts = (SELECT MIN(ts) FROM host_samples)")
+    assert measure(load_run(path)).background_cores == pytest.approx(0.0, abs=0.05)
 
 
 def test_a_value_near_a_threshold_reads_as_borderline_with_its_range(tmp_path):

@@ -17,7 +17,7 @@ from collector.diagnosis.data import load_run
 from collector.diagnosis.model import EpochModel, Setting
 from collector.diagnosis.stats import measure
 from collector.store.reader import Reader
-from collector.tune.propose import tuner_candidates, with_measured_share
+from collector.tune.propose import other_settings, tuner_candidates, with_measured_share
 
 # bench/bench_tune.py's photo pipeline as the tuner's first question saw it: 8 batches an epoch,
 # no workers, a 57 ms step on 2 busy threads, 97 ms of CPU to decode a batch
@@ -100,7 +100,7 @@ def test_a_tuned_run_on_two_thread_counts_measures_its_share_from_its_own_epochs
     data = load_run(db)
     model = build_model(measure(data))
     assert model is not None and model.recorded == after and model.measured_share is None
-    measured = with_measured_share(Reader(db), 1, model, data.all_epochs)
+    measured = with_measured_share(model, other_settings(Reader(db), 1, model, data.all_epochs))
     assert measured.measured_share == pytest.approx(2 * (1 - 1 / 1.8), abs=0.02)
     assert measured.speedup(before) == pytest.approx(0.092 / 0.052, rel=0.03)
     assert model.speedup(before) < 0.092 / 0.052 * 0.97  # the table's share would have played it slower

@@ -154,7 +154,10 @@ def test_host_and_process_samples_are_recorded(db_path):
     assert len(host) >= 3 and host.mem_available_bytes.min() > 0
     assert all(len(cores) == psutil.cpu_count() for cores in host.per_core_pct)
     procs = reader.proc_samples(run_id)
-    assert set(procs.role) == {"main", "worker"}
+    assert set(procs.role) == {"main", "worker", "writer"}  # the writer samples itself: ours, not another's CPU
+    assert procs[procs.role == "writer"].pid.nunique() == 1 and os.getpid() not in set(
+        procs[procs.role == "writer"].pid
+    )
     assert set(procs[procs.role == "worker"].worker_id) <= {0, 1}
     assert procs.uss_bytes.notna().any()  # the first detailed sample
 
@@ -169,7 +172,7 @@ def test_the_writer_process_samples_the_host_not_the_training_process(db_path, m
         epochs_until_sampled(watched, db_path)
     (workers,) = query(db_path, "SELECT worker_pids FROM epochs")[0]
     assert len(query(db_path, "SELECT * FROM host_samples")) >= 3
-    assert {pid for (pid,) in query(db_path, "SELECT DISTINCT pid FROM proc_samples")} == {
+    assert {pid for (pid,) in query(db_path, "SELECT DISTINCT pid FROM proc_samples WHERE role != 'writer'")} == {
         os.getpid(),
         *json.loads(workers),
     }
@@ -203,11 +206,14 @@ class CostlyHost:
     def host(self, now):
         return SimpleNamespace(ts=now, cpu_pct=1.0, per_core_pct=(1.0,), mem_available_bytes=1, disk_read_bps=None)
 
-    def processes(self, now, workers, detail):
+    def processes(self, now, workers, detail, ours=None):
         if detail:
             self.details.append(now)
             self.cpu[0] += self.detail_cpu_s
         return []
+
+    def follow(self, pid, since=None):
+        pass
 
     def close(self):
         pass

@@ -213,7 +213,7 @@ def test_our_threads_and_helper_processes_carry_their_names_in_the_os(tmp_path):
         pass
     try:
         (writer,) = writers_alive()
-        assert "sw-monitor" in comms(os.getpid())
+        assert wait_until(lambda: "sw-monitor" in comms(os.getpid()))  # it names itself once it runs
         assert wait_until(lambda: {"sw-writer", "sw-ping"} <= comms(writer.pid))
     finally:
         watched.close()

@@ -237,7 +237,13 @@ def test_a_starved_loader_tuned_live_gets_faster_with_the_same_samples_in_the_sa
     with sqlite3.connect(db_path) as conn:
         rows = conn.execute("SELECT setting FROM epochs WHERE setting IS NOT NULL ORDER BY run_id, epoch")
         settings = [json.loads(s) for (s,) in rows]
+        query = "SELECT DISTINCT p.role FROM proc_samples p JOIN runs r ON r.id = p.run_id WHERE r.name = 'tuned'"
+        roles = {role for (role,) in conn.execute(query)}
     assert settings[-1]["num_workers"] == kept[-1]["setting"]["num_workers"]
+    assert {
+        "writer",
+        "helper",
+    } <= roles  # sampled as the collector's own, not other processes (NOTE [ Our own processes ])
 
 
 class Shards(IterableDataset):

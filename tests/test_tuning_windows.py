@@ -47,6 +47,8 @@ class Offering:
     before the trial these tests are about.
     """
 
+    pid = None  # no process: nothing for the writer to sample
+
     def __init__(self, start: Setting, change: dict[str, Any]) -> None:
         self.proposal = Proposal(start, start.but(**change), 10.0, 8.0, 12.0)
 

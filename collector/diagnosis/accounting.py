@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from collector.diagnosis.phases import collector_seconds
+from collector.store.schema import COLLECTOR_ROLES
 
 # NOTE [ A loader's active time ]
 # A training script runs other things between a loader's epochs: a
@@ -153,12 +154,20 @@ def job_cpu(
         worker_cpu = float(per_ts.mean()) if len(per_ts) else (0.0 if main_cpu is not None else None)
     background = 0.0
     if not host.empty and main_cpu is not None:
-        h = host[host["ts"] >= after_ts].dropna(subset=["cpu_pct"])
+        # the first sample's share is over the time since the writer started, before the loader ran
+        h = host[(host["ts"] >= after_ts) & (host["ts"] > host["ts"].min())].dropna(subset=["cpu_pct"])
         h = h[spans.contains(h["ts"].to_numpy())] if spans.contains(h["ts"].to_numpy()).sum() >= 2 else h
         if len(h):
-            busy = h["cpu_pct"].to_numpy() / 100.0 * logical_cores
+            busy = h["cpu_pct"].to_numpy() / 100.0 * logical_cores - _collector_cores(procs, h["ts"])
             background = max(0.0, float(np.median(busy)) - main_cpu - (worker_cpu or 0.0))
     return JobCpu(main_cpu, main_runq, worker_cpu, background, exact)
+
+
+def _collector_cores(procs: pd.DataFrame, ts: pd.Series) -> np.ndarray:
+    """At each host sample, the cores the collector's own processes used: ours, not other processes' (NOTE [ Our own processes ])."""
+    ours = procs[procs["role"].isin(COLLECTOR_ROLES)].dropna(subset=["cpu_pct"])
+    per_ts = ours.groupby("ts")["cpu_pct"].sum() / 100.0
+    return per_ts.reindex(ts.to_numpy()).fillna(0.0).to_numpy()
 
 
 def window_edges(ts: np.ndarray, epoch: np.ndarray, windows: int) -> list[np.ndarray]:

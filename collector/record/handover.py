@@ -6,11 +6,13 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from collector.record.cuda_idle import IdleResolver
 from collector.record.hotloop import Timer
 from collector.record.worker_timing import TimingRings
+
+T = TypeVar("T")
 
 # NOTE [ Bounded buffer ]
 # The training thread appends to deques, and the plain loop's Timer writes a
@@ -81,5 +83,11 @@ class Shared:
     status: dict[str, Any] = field(default_factory=dict)  # set by the training thread on crash
     timers: dict[int, Timer] = field(default_factory=dict)  # epoch -> plain loop's; NOTE [ Compiled hot loop ]
     trials: deque[tuple[Any, ...]] = field(default_factory=deque)  # the tuner's trial rows (TRIAL_COLUMNS)
+    helpers: deque[tuple[int, float]] = field(default_factory=deque)  # the tuner's helpers started: (pid, monotonic)
     # epoch -> a call that ends it now, until it has ended: NOTE [ An epoch's end ]
     open_epochs: dict[int, Callable[[], None]] = field(default_factory=dict)
+
+
+def drain(items: deque[T]) -> list[T]:
+    """What the training thread appended so far, taken off the deque (its appends meanwhile stay)."""
+    return [items.popleft() for _ in range(len(items))]

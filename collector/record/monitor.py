@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from collector.record.cuda_idle import cuda_active
-from collector.record.handover import EpochStarted, FirstBatch, Shared
+from collector.record.handover import EpochStarted, FirstBatch, Shared, drain
 from collector.record.live import LiveLog, LogFn
 from collector.record.origin import user_frame, warn_at
 from collector.record.stride import adapt_stride
@@ -296,9 +296,8 @@ class Monitor(threading.Thread):
                     update["error"] = error
         epochs = [dataclasses.replace(self._epochs[e]) for e in sorted(self._dirty_epochs)]
         self._dirty_epochs.clear()
-        trials = [self.shared.trials.popleft() for _ in range(len(self.shared.trials))]
         flush = Flush(records=chunks, timed=timed, epochs=epochs, fetches=fetches, idle=idle, update=update)
-        flush.trials = trials
+        flush.trials, flush.helpers = drain(self.shared.trials), drain(self.shared.helpers)
         if final:
             flush.iterated = sum(self._produced.values())
             self._final = flush  # sent by _close, retried there: NOTE [ Final state ] in collector/writer/child.py

@@ -63,6 +63,8 @@ class LiveTuner:
         try:
             if self.advisor is None:
                 self.advisor = Advisor()
+                if self.advisor.pid is not None:
+                    self.shared.helpers.append((self.advisor.pid, self.advisor.started))
             setting, trial = self._choose(mid_epoch=False)
             apply(self.loader, setting)
             self.running = setting

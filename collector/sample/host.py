@@ -26,7 +26,7 @@ class HostSample(NamedTuple):
 class ProcSample(NamedTuple):  # a tuple: it is the proc_samples row as it stands
     ts: float
     pid: int
-    role: str  # "main" | "worker"
+    role: str  # "main" | "worker", or one of the collector's own (COLLECTOR_ROLES)
     worker_id: int | None
     cpu_pct: float | None  # 100 = one core busy
     rss_bytes: int | None
@@ -91,21 +91,45 @@ class HostSampler:
             return None
         return max(0.0, (read - last[1]) / (now - last[0]))
 
-    def processes(self, now: float, workers: Mapping[int, int], detail: bool) -> list[ProcSample]:
-        """The main process and each worker (pid -> worker id); the workers' USS/PSS only when ``detail``."""
-        wanted = {self._main_pid: None, **workers}
+    def processes(
+        self, now: float, workers: Mapping[int, int], detail: bool, ours: Mapping[int, str] | None = None
+    ) -> list[ProcSample]:
+        """The main process, each worker (pid -> worker id) and the collector's own processes (pid -> role).
+
+        The workers' USS/PSS only when ``detail``.
+        """
+        wanted: dict[int, tuple[str, int | None]] = {self._main_pid: ("main", None)}
+        wanted.update({pid: ("worker", worker_id) for pid, worker_id in workers.items()})
+        wanted.update({pid: (role, None) for pid, role in (ours or {}).items() if pid not in wanted})
         for pid in set(self._files) | set(self._procs) | set(self._last_cpu):
             if pid not in wanted:
                 self._forget(pid)
         samples = []
-        for pid, worker_id in wanted.items():
-            sample = self._process(now, pid, worker_id, detail)
+        for pid, (role, worker_id) in wanted.items():
+            sample = self._process(now, pid, role, worker_id, detail)
             if sample is not None:
                 samples.append(sample)
         return samples
 
-    def _process(self, now: float, pid: int, worker_id: int | None, detail: bool) -> ProcSample | None:
-        role = "main" if worker_id is None else "worker"
+    def follow(self, pid: int, since: float | None = None) -> None:
+        """Measure ``pid``'s first CPU share from ``since`` (monotonic; it had run no CPU then), else from now.
+
+        The collector's own processes: the writer (from when its machine
+        counters were read, so its first share covers the host's first
+        interval) and the tuner's helper (from its start, its imports
+        included).
+        """
+        if since is not None:
+            self._last_cpu[pid] = (since, 0.0)
+            return
+        try:
+            reading = self._read(pid)
+        except (OSError, self._ps.Error):
+            return  # its first sample then has no CPU share, as any process's
+        if reading is not None:
+            self._last_cpu[pid] = (time.monotonic(), reading[0])
+
+    def _process(self, now: float, pid: int, role: str, worker_id: int | None, detail: bool) -> ProcSample | None:
         try:
             reading = self._read(pid)
         except (PermissionError, self._ps.AccessDenied):

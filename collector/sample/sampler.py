@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -45,6 +46,23 @@ SLOWED_NOTE = "note-sampling-slowed"  # stored with the run, not raised: see NOT
 # process's CPU and memory as well as its own, and NVML finds the GPUs a pid
 # computes on from any process. Where no writer process starts, the Sink
 # and this Sampler run in the monitor thread together.
+
+# NOTE [ Our own processes ]
+# The diagnosis reads other processes' busy cores as the machine's busy
+# cores less the job's (collector/diagnosis/accounting.py), and the tuner
+# tries workers past a core each only where those stay under QUIET_CORES
+# (collector/tune/propose.py). The collector's own processes are neither
+# the job's nor another user's: the writer, whose start takes about 0.13 s
+# of CPU, and the tuner's helper, whose imports take 0.36-0.41 s in the
+# run's first second. Read as another's, they put bench_tune.py's photo
+# pipeline's warm-up at 0.43 busy cores of other processes: its first
+# question ranked only settings up to the cap, tried 2 workers at 1 thread
+# (1.33x predicted, 1.01x measured) and no other, and the run stayed at its
+# untuned speed. So the writer samples itself (from its first reading of
+# the machine's counters) and the helpers it is told of (from their start:
+# ``see_ours``) as proc_samples rows with roles COLLECTOR_ROLES, and the
+# diagnosis subtracts them at each host sample. The host's first sample is
+# left out too: its share is over the time since the writer started.
 
 
 MAX_HZ = 100.0  # NVML buffers about 6 samples a second; psutil above 100 Hz costs the writer a core
@@ -127,9 +145,12 @@ class Sampler:
             else:
                 self._update["host"] = json.dumps({**host_facts, "gpus": [], "no_gpu": nvml.unavailable}, default=str)
                 nvml.close()
+        self._ours: dict[int, str] = {}  # pid -> role: NOTE [ Our own processes ]
         if rates.host_hz > 0:
             self._host = (host_factory or (lambda w: HostSampler(w, main_pid=main_pid)))(warn)
             self._due["host"] = 0.0
+            if os.getpid() != main_pid:
+                self.see_ours(os.getpid(), "writer")
 
     def due(self) -> float:
         """When the next sample is due, on ``clock``; infinity when nothing is sampled."""
@@ -152,7 +173,9 @@ class Sampler:
             h = self._host.host(wall)
             per_core = None if h.per_core_pct is None else json.dumps(h.per_core_pct)
             self._rows["host_samples"].append((h.ts, h.cpu_pct, per_core, h.mem_available_bytes, h.disk_read_bps))
-            self._rows["proc_samples"].extend(self._host.processes(wall, self._workers, detail))
+            procs = self._host.processes(wall, self._workers, detail, self._ours)
+            self._rows["proc_samples"].extend(procs)
+            self._ours = {p.pid: p.role for p in procs if p.pid in self._ours}  # an ended helper is not read again
             if detail:
                 # USS/PSS cost 4-7 ms of CPU a worker (a torch process's page
                 # tables; measured), more for a bigger process: with many
@@ -195,6 +218,12 @@ class Sampler:
         if epoch > self._newest_epoch:
             self._newest_epoch = epoch
             self._workers = {pid: i for i, pid in enumerate(worker_pids)}
+
+    def see_ours(self, pid: int, role: str, started: float | None = None) -> None:
+        """Sample one of the collector's own processes too (``role`` in COLLECTOR_ROLES), from ``started`` (monotonic)."""
+        if self._host is not None:
+            self._ours[pid] = role
+            self._host.follow(pid, started)
 
     def take(self) -> tuple[dict[str, list[tuple[Any, ...]]], dict[str, Any]]:
         """The rows sampled since the last take, and the run update (the GPUs found), once."""

@@ -19,6 +19,7 @@ def default_db_path(environ: Mapping[str, str] = os.environ) -> str:
 
 SCHEMA_VERSION = 6
 SAMPLE_TABLES = ("gpu_samples", "host_samples", "proc_samples")  # the tables the writer's Sampler fills
+COLLECTOR_ROLES = ("writer", "helper")  # proc_samples.role of our own processes: NOTE [ Our own processes ]
 
 # NOTE [ Schema versions ]
 # A file keeps the version it was created with until a newer stallwatch
@@ -235,7 +236,7 @@ CREATE TABLE IF NOT EXISTS proc_samples (
     run_id INTEGER NOT NULL REFERENCES runs(id),
     ts REAL NOT NULL,
     pid INTEGER NOT NULL,
-    role TEXT NOT NULL,              -- main | worker
+    role TEXT NOT NULL,              -- main | worker | writer | helper (the collector's own)
     worker_id INTEGER,
     cpu_pct REAL,                    -- 100 = one core busy
     rss_bytes INTEGER,

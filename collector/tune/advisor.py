@@ -8,6 +8,7 @@ import os
 import select
 import signal
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import asdict
 from typing import Any
@@ -83,6 +84,7 @@ class Advisor:
         self._last = (0.0, 0.0)  # the helper's seconds run and queued, when last looked at
         self._raised = False
         self._may_raise = True
+        self.started = time.monotonic()  # the writer samples it from here: NOTE [ Our own processes ]
         try:
             self.pid, self._req, self._rep = start_child(code)
         except OSError as exc:

@@ -23,6 +23,22 @@ SETTLE_TIMEOUT_S = 10.0  # how long the epoch just measured may take to reach th
 POLL_S = 0.05
 QUIET_CORES = 0.25  # other processes' busy cores below which no one loses cores to more workers
 
+# NOTE [ Seen from every measured setting ]
+# The model is built from the epochs at the current setting, and one
+# setting cannot show everything: beside 4 to 8 workers, the photo
+# pipeline's step kept about 1.1-1.3 of its 2 threads busy (2.0 without
+# workers), its threads sleeping at barriers while workers held the cores,
+# so a model built there plays fewer workers' contention too lightly. It
+# predicted 2 persistent workers 1.06-1.14x faster than the 4-8 kept; they
+# measured 0.87-1.02x, and the trial and its revert cost two slow epochs in
+# 5 of 10 runs. The run's other settings (the start, every trial) are
+# measurements of the same job, each with its own model: from the start
+# (no workers) those 2 workers played 0.91x of the 4 kept. So the tuner
+# ranks each candidate by the least speed-up over the current setting that
+# the models of all its measured settings give (``Steered``): a change is
+# tried only where each setting seen predicts it pays. A first trial has
+# one setting seen, and is ranked as before.
+
 
 def propose(
     db: str,
@@ -62,7 +78,9 @@ def propose(
     model = build_model(facts, worker_bytes=worker_bytes)
     if model is None:
         return {"none": "loading was not timed, so no setting can be predicted"}
-    model = with_measured_share(reader, run_id, model, data.all_epochs)
+    others = other_settings(reader, run_id, model, data.all_epochs)
+    model = with_measured_share(model, others)
+    vantages = [other for _, other in others]
     done = set(tried)
     most_threads = max(t.threads for t in [current, *tried])  # the job's own: the tuner never adds threads
     allowed = [
@@ -72,8 +90,8 @@ def propose(
     ]
     if not allowed:
         return {"none": "every setting worth trying was tried"}
-    ranked, _ = choose(steered(model, correction), [current, *allowed])
-    chosen = predict(model, ranked.setting)  # the model's own prediction: the policy corrects it
+    ranked, _ = choose(steered(model, correction, vantages), [current, *allowed])
+    chosen = predict(steered(model, 1.0, vantages), ranked.setting)  # uncorrected: the policy corrects it
     if chosen.setting == current or not chosen.changes or chosen.speedup <= 1.0:
         return {"none": f"no untried setting is predicted to beat the current one (best {ranked.speedup:.2f}x)"}
     return {
@@ -85,29 +103,42 @@ def propose(
     }
 
 
-def with_measured_share(reader: Reader, run_id: int, model: EpochModel, epochs: pd.DataFrame) -> EpochModel:
+def other_settings(
+    reader: Reader, run_id: int, model: EpochModel, epochs: pd.DataFrame
+) -> list[tuple[int, EpochModel]]:
+    """The run's other settings, each modelled from its own epochs: (its epochs, its model).
+
+    The start setting, trials kept or reverted: every setting the run has
+    measured besides ``model``'s (NOTE [ Seen from every measured setting ]).
+    """
+    stored = [json.loads(s) for s in epochs.get("setting", pd.Series(dtype=object)) if isinstance(s, str)]
+    plain = [{k: v for k, v in s.items() if k != "trial"} for s in stored]
+    out = []
+    for at in [s for i, s in enumerate(plain) if s not in plain[:i] and s != asdict(model.recorded)]:
+        try:
+            other = build_model(measure(load_run(reader, run_id, live=True, at=at)))
+        except InsufficientData:
+            continue
+        if other is not None:
+            out.append((plain.count(at), other))
+    return out
+
+
+def with_measured_share(model: EpochModel, others: list[tuple[int, EpochModel]]) -> EpochModel:
     """``model`` with the step's parallel share measured against the run's epochs on another thread count.
 
     A trial of fewer threads (or the user's own setting beside such a
-    trial) is that job's step on two thread counts: the setting at another
-    count with the most epochs is modelled too, and the two steps give the
-    share (NOTE [ Intra-op threads ]). bench/bench_tune.py's photo pipeline
-    ran 1.85x faster on 2 threads than on 1, where the table's share plays
-    1.7x; a kept trial of 1 thread found its way back to 2 only where the
-    model knew it.
+    trial) is that job's step on two thread counts: of ``others``
+    (``other_settings``), the one at another count with the most epochs
+    and ``model`` give the share (NOTE [ Intra-op threads ]).
+    bench/bench_tune.py's photo pipeline ran 1.85x faster on 2 threads than
+    on 1, where the table's share plays 1.7x; a kept trial of 1 thread
+    found its way back to 2 only where the model knew it.
     """
-    stored = [json.loads(s) for s in epochs.get("setting", pd.Series(dtype=object)) if isinstance(s, str)]
-    others = [
-        {k: v for k, v in s.items() if k != "trial"} for s in stored if s.get("threads") != model.recorded.threads
-    ]
-    if not others:
+    threads = [(n, other) for n, other in others if other.recorded.threads != model.recorded.threads]
+    if not threads:
         return model
-    at = max(others, key=others.count)
-    try:
-        other = build_model(measure(load_run(reader, run_id, live=True, at=at)))
-    except InsufficientData:
-        return model
-    share = None if other is None else parallel_share_between(model, other)
+    share = parallel_share_between(model, max(threads, key=lambda t: t[0])[1])
     return model if share is None else dataclasses.replace(model, measured_share=share)
 
 
@@ -151,19 +182,24 @@ def tuner_candidates(model: EpochModel, threads: int | None = None) -> list[Sett
 
 @dataclass(frozen=True)
 class Steered(EpochModel):
-    """The model with each predicted gain scaled by the tuner's correction (NOTE [ Measurement steers the model ])."""
+    """The model as the tuner ranks with it: each speed-up the least that it and ``vantages`` give
+    (NOTE [ Seen from every measured setting ]), its gain scaled by the correction (NOTE [ Measurement
+    steers the model ])."""
 
     correction: float = 1.0
+    vantages: tuple[EpochModel, ...] = ()  # models of the run's other measured settings
 
     def speedup(self, setting: Setting) -> float:
-        return 1.0 + (EpochModel.speedup(self, setting) - 1.0) * self.correction
+        seen = [v.epoch_s(self.recorded) / max(v.epoch_s(setting), 1e-12) for v in self.vantages]
+        return 1.0 + (min([EpochModel.speedup(self, setting), *seen]) - 1.0) * self.correction
 
 
-def steered(model: EpochModel, correction: float) -> EpochModel:
-    """``model`` ranking by its gains times ``correction``: the diagnosis's ``choose`` then picks as the tuner would."""
-    if correction == 1.0:
+def steered(model: EpochModel, correction: float, vantages: list[EpochModel] | None = None) -> EpochModel:
+    """``model`` ranking as the tuner does: the diagnosis's ``choose`` then picks as the tuner would."""
+    if correction == 1.0 and not vantages:
         return model
-    return Steered(**{f.name: getattr(model, f.name) for f in fields(model)}, correction=correction)
+    own = {f.name: getattr(model, f.name) for f in fields(EpochModel)}
+    return Steered(**own, correction=correction, vantages=tuple(vantages or ()))
 
 
 def _wait_for_epoch(reader: Reader, run_id: int, epoch: int) -> None:

@@ -93,6 +93,9 @@ class Flush:
     update: dict[str, Any] = field(default_factory=dict)
     iterated: int | None = None  # the final flush: batches handed to the loop in all (NOTE [ Accounting ])
     trials: list[tuple[Any, ...]] = field(default_factory=list)  # rows of the trials table (TRIAL_COLUMNS), no run id
+    helpers: list[tuple[int, float]] = field(
+        default_factory=list
+    )  # the tuner's helpers started: (pid, monotonic start)
 
     def record_count(self) -> int:
         """Batches in this frame (a described batch is also among the timed pairs: counted once)."""
@@ -217,6 +220,7 @@ def frame_payload(frame: Frame) -> tuple[Any, ...]:
             frame.update,
             frame.iterated,
             frame.trials,
+            frame.helpers,
         )
     else:
         payload = ("close",)
@@ -232,8 +236,9 @@ def decode_frame(payload: Any) -> Frame | None:
         db_path, start, wall0_s, perf0_ns, rates, run_id, samples_before = rest
         return Open(db_path, RunStart(**start), wall0_s, perf0_ns, Rates(*rates), run_id, samples_before)
     if tag == "flush":
-        records, timed, epochs, fetches, idle, update, iterated, trials = rest
-        return Flush(records, timed, [EpochRow(*row) for row in epochs], fetches, idle, update, iterated, trials)
+        records, timed, epochs, fetches, idle, update, iterated, trials, helpers = rest
+        rows = [EpochRow(*row) for row in epochs]
+        return Flush(records, timed, rows, fetches, idle, update, iterated, trials, [tuple(h) for h in helpers])
     if tag == "close":
         return Close()
     return None

@@ -135,6 +135,8 @@ class Sink:
         """
         for row in flush.epochs:
             self.sampler.see_workers(row.epoch, json.loads(row.worker_pids_json))
+        for pid, started in flush.helpers:
+            self.sampler.see_ours(pid, "helper", started)
         if sample:
             self.sampler.sample()  # whatever is due: frames may come faster than the sampler's timeouts
         self.tell_taken()
