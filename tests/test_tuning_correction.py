@@ -182,3 +182,17 @@ def test_a_setting_is_tried_only_where_every_measured_setting_predicts_it_pays()
     assert seen.speedup(PHOTO_AT_4.recorded) == pytest.approx(1.0)
     both, _ = choose(seen, settings)
     assert both.setting == PHOTO_AT_4.recorded
+
+
+def test_every_measured_setting_plays_another_thread_count_with_the_steps_measured_share():
+    """After a kept 1-thread trial the share is measured (0.95): the start's model plays the way back with it."""
+    # 2 persistent workers at 1 thread kept: a 110-ms step on its one thread, 1.07-s epochs
+    one = Setting(2, 1, 2, True)
+    current = dataclasses.replace(PHOTO_AT_4, recorded=one, measured_share=0.95, step_threads=1.0, step_work_s=0.11)
+    back = Setting(8, 2, 2, True)
+    shared = dataclasses.replace(PHOTO_AT_0, measured_share=0.95)
+    with_share = shared.epoch_s(current.recorded) / shared.epoch_s(back)
+    with_table = PHOTO_AT_0.epoch_s(current.recorded) / PHOTO_AT_0.epoch_s(back)
+    assert with_share > with_table * 1.03  # a step sharing out more gains more from its second thread
+    assert current.speedup(back) > with_share
+    assert steered(current, 1.0, [PHOTO_AT_0]).speedup(back) == pytest.approx(with_share)

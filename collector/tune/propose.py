@@ -32,7 +32,8 @@ QUIET_CORES = 0.25  # other processes' busy cores below which no one loses cores
 # predicted 2 persistent workers 1.06-1.14x faster than the 4-8 kept; they
 # measured 0.87-1.02x, and in half the tuned runs the trial and its revert
 # cost two slow epochs. The run's other settings (the start, every trial) are
-# measurements of the same job, each with its own model: from the start
+# measurements of the same job, each with its own model (and the step's
+# parallel share where measured, NOTE [ Intra-op threads ]): from the start
 # (no workers) those 2 workers played 0.91x of the 4 kept. So the tuner
 # ranks each candidate by the least speed-up over the current setting that
 # the models of all its measured settings give (``Steered``): a change is
@@ -196,11 +197,17 @@ class Steered(EpochModel):
 
 
 def steered(model: EpochModel, correction: float, vantages: list[EpochModel] | None = None) -> EpochModel:
-    """``model`` ranking as the tuner does: the diagnosis's ``choose`` then picks as the tuner would."""
+    """``model`` ranking as the tuner does: the diagnosis's ``choose`` then picks as the tuner would.
+
+    The step's parallel share, where ``model`` has it measured, is the job's:
+    every vantage plays another thread count with it too.
+    """
     if correction == 1.0 and not vantages:
         return model
+    share = model.measured_share
+    seen = tuple(v if share is None else dataclasses.replace(v, measured_share=share) for v in vantages or ())
     own = {f.name: getattr(model, f.name) for f in fields(EpochModel)}
-    return Steered(**own, correction=correction, vantages=tuple(vantages or ()))
+    return Steered(**own, correction=correction, vantages=seen)
 
 
 def _wait_for_epoch(reader: Reader, run_id: int, epoch: int) -> None:
