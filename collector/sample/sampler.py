@@ -35,6 +35,11 @@ SLOWED_NOTE = "note-sampling-slowed"  # stored with the run, not raised: see NOT
 # them again, back to the rates asked for. The first slow-down is noted with
 # the run (in runs.warnings, starting "note: "), so whoever reads fewer
 # samples knows why; it is not raised as a warning, as nothing is wrong.
+# The first host sample never slows it: its share is over the time since
+# the writer started (NOTE [ Our own processes ]). Beside a CPU hog it did,
+# the next sample came a second later, and the training process was sampled
+# once in bench_tune.py's 0.9-s first epochs of epoch-stall: too few for
+# the tuner's first question, which waited an epoch.
 
 # NOTE [ Sampling beside the writer ]
 # psutil and NVML are called from Python code that holds its interpreter's
@@ -136,6 +141,7 @@ class Sampler:
         self._warn = warn
         self.slowdown = 1  # NOTE [ Saturated machine ]
         self._noted = False
+        self._read_host = False  # a host sample taken: the next is the first to read the machine's load
         if rates.gpu_hz > 0:
             nvml = (nvml_factory or (lambda w: Nvml(w, pid=main_pid)))(warn)
             if nvml.available:
@@ -185,7 +191,8 @@ class Sampler:
                 # worker takes), and the main process's chart line is its RSS.
                 spent = self._cpu_clock() - cpu0
                 due["detail"] = now + max(DETAIL_MEMORY_INTERVAL_S, spent / DETAIL_MEMORY_BUDGET)
-            self._adapt(h.cpu_pct)
+            self._adapt(h.cpu_pct if self._read_host else None)
+            self._read_host = True
             due["host"] = now + self.slowdown / self.rates.host_hz
 
     def _adapt(self, cpu_pct: float | None) -> None:
