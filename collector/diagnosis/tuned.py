@@ -40,6 +40,11 @@ def at_setting(epochs: pd.DataFrame, setting: dict[str, Any]) -> tuple[list[int]
     return [int(e) for e, s in rows if isinstance(s, str) and _bare(json.loads(s)) == setting], setting
 
 
+def stored_settings(epochs: pd.DataFrame) -> list[dict[str, Any]]:
+    """Each tuned epoch's setting as stored in epochs.setting, without its trial mark, in epoch order."""
+    return [_bare(json.loads(s)) for s in epochs.get("setting", ()) if isinstance(s, str)]
+
+
 def settled_run(run: dict[str, Any], setting: dict[str, Any]) -> dict[str, Any]:
     """The run row as if recorded at ``setting``: its config's loader settings and torch's threads."""
     config = dict(run.get("config") or {})

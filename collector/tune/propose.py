@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from dataclasses import asdict, dataclass, fields
 from typing import Any
@@ -16,6 +15,7 @@ from collector.diagnosis.choose import MAX_CANDIDATE_WORKERS, candidates, choose
 from collector.diagnosis.data import load_run
 from collector.diagnosis.model import EpochModel, Setting
 from collector.diagnosis.stats import measure
+from collector.diagnosis.tuned import stored_settings
 from collector.errors import InsufficientData
 from collector.store.reader import Reader
 
@@ -113,8 +113,7 @@ def other_settings(
     The start setting, trials kept or reverted: every setting the run has
     measured besides ``model``'s (NOTE [ Seen from every measured setting ]).
     """
-    stored = [json.loads(s) for s in epochs.get("setting", pd.Series(dtype=object)) if isinstance(s, str)]
-    plain = [{k: v for k, v in s.items() if k != "trial"} for s in stored]
+    plain = stored_settings(epochs)
     out = []
     for at in [s for i, s in enumerate(plain) if s not in plain[:i] and s != asdict(model.recorded)]:
         try:
