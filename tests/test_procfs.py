@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from collector.sample import procfs
+from collector.sample import procfs, schedstat
 from collector.sample.host import HostSampler
 
 needs_proc = pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="Linux /proc only")
@@ -87,6 +87,8 @@ def test_thread_files_follow_the_threads_that_come_and_go(tmp_path):
     (task / "7" / "schedstat").write_text("150 15 2")  # read again through the descriptor kept open
     assert process.thread_totals() == (1150 / 1e9, 1015 / 1e9, 2)
     assert set(process._threads) == {"7", "9"}
+    assert schedstat.process_ns(7, str(tmp_path)) == (1150, 1015)  # the tuner's own reading: the same sum
+    assert schedstat.process_ns(8, str(tmp_path)) is None
 
 
 def test_a_missing_process_raises_where_psutil_would_say_no_such_process(tmp_path):

@@ -16,7 +16,9 @@ from collector import watch
 from collector.diagnosis import diagnose
 from collector.diagnosis.calibration import C
 from collector.diagnosis.choose import candidates, choose
+from collector.diagnosis.data import load_run
 from collector.diagnosis.model import EpochModel, Setting
+from collector.diagnosis.stats import measure
 from collector.errors import CollectorWarning
 from collector.record import tuning
 from collector.record.tuning import apply, setting_of
@@ -24,7 +26,7 @@ from collector.tune.advisor import Advisor
 from collector.tune.answers import NothingPays, Proposal
 from collector.tune.every import tune_every
 from collector.tune.policy import BASELINE_EPOCHS, NOISE_FLOOR, Policy, Segment
-from collector.tune.propose import propose, tuner_candidates
+from collector.tune.propose import propose, tuner_candidates, with_edges
 
 START = Setting(num_workers=0, threads=2, prefetch_factor=None)
 FOUR = START.but(num_workers=4)
@@ -187,6 +189,12 @@ def test_before_the_training_process_is_sampled_twice_the_helper_says_later_and_
         db.execute("DELETE FROM proc_samples WHERE role = 'main' AND ts > ?", (first,))
     early = propose(db_path, 1, START.but(threads=torch.get_num_threads()), [], fixed_workers=False)
     assert early["later"] is True and "not sampled yet" in early["none"]
+    with sqlite3.connect(db_path) as db:  # the tuner's own readings at an epoch's edges (NOTE [ The first question ])
+        t0, t1 = db.execute("SELECT started_at, ended_at FROM epochs WHERE epoch = 0").fetchone()
+    edges = [[t0, 10.0, 1.0], [t1, 10.0 + 0.5 * (t1 - t0), 1.0]]  # half a core
+    told = propose(db_path, 1, START.but(threads=torch.get_num_threads()), [], fixed_workers=False, edges=edges)
+    assert "later" not in told
+    assert measure(with_edges(load_run(db_path, 1, live=True), edges)).main_cpu_cores == pytest.approx(0.5)
     policy = Policy(start=START)
     run_epochs(policy, {START: 0.01}, [None] * (BASELINE_EPOCHS + 1))
     policy.nothing_pays(NothingPays(early["none"], seen=BASELINE_EPOCHS + 1, later=True))

@@ -143,6 +143,8 @@ def job_cpu(
     p = procs[procs["ts"] >= after_ts] if (procs["ts"] >= after_ts).sum() >= 2 else procs
     main_pct = p[p["role"] == "main"].dropna(subset=["cpu_pct"])
     main_cpu, main_runq = _rates(p, spans)
+    if main_cpu is None and p is not procs:  # too few samples after the warm-up: its rate, warm-up included
+        main_cpu, main_runq = _rates(procs, spans)
     exact = main_cpu is not None
     if main_cpu is None:
         main_cpu = float(main_pct["cpu_pct"].mean()) / 100.0 if len(main_pct) else None

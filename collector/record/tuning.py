@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import sys
 import warnings
 from collections import deque
@@ -15,6 +16,7 @@ from collector.record import windows
 from collector.record.handover import EpochEnded, Shared
 from collector.record.loader_setting import apply, setting_of, target_of
 from collector.record.windows import Lent, SeedKept, Windowed, restartable
+from collector.sample.schedstat import process_ns
 from collector.tune.advisor import Advisor, AdvisorError
 from collector.tune.answers import NothingPays, Proposal, setting_json
 from collector.tune.policy import Policy, Segment, Setting
@@ -50,7 +52,8 @@ class LiveTuner:
         self.long = False  # an epoch ran past LONG_EPOCH_S: the next are tuned in windows from their start
         self.running = self.policy.start  # the setting the loader runs at now
         self._held: Proposal | None = None  # a proposal a window could not start: for the next epoch
-        self._running: dict[int, tuple[int, float]] = {}  # epoch -> (segment start ns, wall start)
+        # epoch -> (segment start ns, wall start, this process's CPU then: NOTE [ The first question ] in propose.py)
+        self._running: dict[int, tuple[int, float, tuple[int, int] | None]] = {}
         self._crossed: dict[int, tuple[int, int]] = {}  # epoch -> (batch, ns) of its last window boundary
         self._restore: tuple[Any, Any] | None = None  # NOTE [ The same samples ]
 
@@ -69,7 +72,7 @@ class LiveTuner:
             apply(self.loader, setting)
             self.running = setting
             self._keep_the_seed_stream(epoch)
-            self._running[epoch] = (t_start_ns, wall_now)
+            self._running[epoch] = (t_start_ns, wall_now, process_ns(os.getpid()))
             return setting_json(setting, trial=trial is not None)
         except Exception as exc:  # noqa: BLE001 - the tuner's boundary: never an exception in the loop
             self.fail(exc)
@@ -92,7 +95,7 @@ class LiveTuner:
         running = self._running.pop(event.epoch, None)
         if self.failed is not None or running is None:
             return
-        t_start_ns, wall_start = running
+        t_start_ns, wall_start, cpu_start = running
         start_idx, t0_ns = self._crossed.pop(event.epoch, (0, t_start_ns))
         if event.batches <= start_idx:
             return
@@ -102,14 +105,18 @@ class LiveTuner:
         if start_idx and seconds < windows.WINDOW_S / 3:
             return  # a window's short tail: too few batches to judge by; a trial running goes on next epoch
         segment = Segment(event.epoch, start_idx, event.batches - start_idx, seconds, wall_start, wall_now)
-        if self._measured(segment, event.epoch):
+        cpu_end = process_ns(os.getpid()) if start_idx == 0 and cpu_start is not None else None
+        edges = None if cpu_end is None else [_reading(wall_start, cpu_start), _reading(wall_now, cpu_end)]
+        if self._measured(segment, event.epoch, edges):
             try:
                 apply(self.loader, self.policy.current)  # back now: persistent workers would keep the trial's
                 self.running = self.policy.current
             except Exception as exc:  # noqa: BLE001 - the tuner's boundary
                 self.fail(exc)
 
-    def _measured(self, segment: Segment, epoch: int | None) -> bool:
+    def _measured(
+        self, segment: Segment, epoch: int | None, edges: list[tuple[float, float, float]] | None = None
+    ) -> bool:
         """A segment ended at the running setting: record its trial, ask about the next; whether it was reverted."""
         try:
             trial = self.policy.measured(segment, self.running)
@@ -118,7 +125,7 @@ class LiveTuner:
             run_id, policy = self._run_id(), self.policy
             if self.advisor is not None and run_id is not None and policy.wants_proposal():
                 tried, correction, seen = sorted(policy.tried, key=repr), policy.correction(), policy.segments
-                self.advisor.ask(self.db, run_id, epoch, policy.current, tried, self.iterable, correction, seen)
+                self.advisor.ask(self.db, run_id, epoch, policy.current, tried, self.iterable, correction, seen, edges)
             return trial is not None and not trial.kept
         except Exception as exc:  # noqa: BLE001 - the tuner's boundary
             self.fail(exc)
@@ -294,3 +301,8 @@ class TunedEvents(deque[Any]):
         super().append(event)
         if type(event) is EpochEnded:
             self.tuner.ended(event, self.wall_of(event.t_ns))
+
+
+def _reading(wall: float, ns: Any) -> tuple[float, float, float]:
+    """A reading of this process's (cpu_ns, runq_ns) at ``wall``, in seconds: as a question's ``edges`` carry it."""
+    return wall, ns[0] / 1e9, ns[1] / 1e9

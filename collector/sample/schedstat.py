@@ -43,6 +43,15 @@ def threads_ns(pid: int, tids: list[int], proc: str = PROC) -> tuple[int, int] |
     return (cpu, runq) if read else None
 
 
+def process_ns(pid: int, proc: str = PROC) -> tuple[int, int] | None:
+    """(cpu_ns, runq_ns) summed over every thread of ``pid`` alive now, as the sampler's ``cpu_s`` and ``runq_s``; None where unreadable."""
+    try:
+        tids = [int(tid) for tid in os.listdir(f"{proc}/{pid}/task")]
+    except (OSError, ValueError):
+        return None
+    return threads_ns(pid, tids, proc)
+
+
 class ThreadClock:
     """The calling thread's (cpu_ns, runq_ns); runq_ns None where schedstat is missing.
 

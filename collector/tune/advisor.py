@@ -102,10 +102,13 @@ class Advisor:
         fixed_workers: bool,
         correction: float = 1.0,
         seen: int | None = None,
+        edges: list[tuple[float, float, float]] | None = None,
     ) -> None:
         """Send a question about the run once ``epoch`` is in the file (None: a window, now); answered by a later ``poll``.
 
-        ``seen`` (the policy's segments measured) comes back with the answer.
+        ``seen`` (the policy's segments measured) comes back with the answer. ``edges``: the
+        training process's (wall time, CPU s, run-queue s) at the epoch's start and end
+        (NOTE [ The first question ] in collector/tune/propose.py).
         """
         question = {
             "db": db,
@@ -116,6 +119,7 @@ class Advisor:
             "fixed_workers": fixed_workers,
             "correction": correction,
             "seen": seen,
+            "edges": edges,
         }
         try:
             os.write(self._req, json.dumps(question).encode() + b"\n")
@@ -220,6 +224,7 @@ def serve() -> None:
                 fixed_workers=bool(q["fixed_workers"]),
                 epoch=q.get("epoch"),
                 correction=float(q.get("correction", 1.0)),
+                edges=q.get("edges"),
             )
         except Exception as exc:  # noqa: BLE001 - the helper's boundary: the question's error goes back as the answer
             answer = {"error": f"{type(exc).__name__}: {exc}"}

@@ -12,7 +12,7 @@ import pandas as pd
 from collector.diagnosis import rules_memory
 from collector.diagnosis.build import build_model, parallel_share_between
 from collector.diagnosis.choose import MAX_CANDIDATE_WORKERS, candidates, choose, predict
-from collector.diagnosis.data import load_run
+from collector.diagnosis.data import RunData, load_run
 from collector.diagnosis.model import EpochModel, Setting
 from collector.diagnosis.stats import measure
 from collector.diagnosis.tuned import stored_settings
@@ -42,6 +42,23 @@ QUIET_CORES = 0.25  # other processes' busy cores below which no one loses cores
 # first trial was kept and none tried a second.
 
 
+# NOTE [ The first question ]
+# The first question, at the warm-up's end, is answered while the next
+# epoch runs; a proposal there starts the first trial on time
+# (BASELINE_EPOCHS). The model needs the training process's CPU, which the
+# writer samples every half-second from its start. Beside a CPU hog in the
+# job's session the writer, at nice +10, took its first sample 0.9 s into
+# epoch-stall's first epoch (0.95 s), so the answer was "later", the next
+# question came as the trial was due, and its answer one epoch after:
+# within 10% of the best static setting at the fifth epoch. So the tuner
+# reads the training process's CPU and run-queue time itself, as the
+# sampler does (every thread's schedstat, about 26 us), at each epoch's
+# start and end, and the question carries them (``edges``). Where the
+# file's samples cannot give the step's CPU, these two readings are the
+# training process's samples; where they can, the file's are used, as
+# the report does.
+
+
 def propose(
     db: str,
     run_id: int,
@@ -51,6 +68,7 @@ def propose(
     fixed_workers: bool,
     epoch: int | None = None,
     correction: float = 1.0,
+    edges: list[list[float]] | None = None,
 ) -> dict[str, Any]:
     """{"baseline", "setting", "predicted", "low", "high"} (the model's own), or {"none": why} (with
     "later": true where asked before the training process's CPU was sampled twice).
@@ -63,13 +81,17 @@ def propose(
     picks among them and ``current``, as for the report's recommendation, so
     no change wins where nothing is clearly better: each ranked by its
     predicted gain times ``correction``, the policy's from the trials so far
-    (NOTE [ Measurement steers the model ]).
+    (NOTE [ Measurement steers the model ]). ``edges``: the training
+    process's readings at the epoch's start and end (NOTE [ The first question ]).
     """
     reader = Reader(db)
     if epoch is not None:
         _wait_for_epoch(reader, run_id, epoch)
     data = load_run(reader, run_id, live=True)
     facts = measure(data)
+    if facts.main_cpu_cores is None and edges:
+        data = with_edges(data, edges)
+        facts = measure(data)
     if facts.main_cpu_cores is None:
         # one sample of the training process or none (a short first epoch): the model would take the
         # step's unmeasured CPU for none and see every setting's gain as if the step ran on a GPU
@@ -103,6 +125,15 @@ def propose(
         "low": chosen.low,
         "high": chosen.high,
     }
+
+
+def with_edges(data: RunData, edges: list[list[float]]) -> RunData:
+    """``data`` with the training process's own readings, (wall time, CPU s, run-queue s), as its only samples."""
+    pid = data.run.get("pid")
+    rows = pd.DataFrame([{"ts": ts, "pid": pid, "role": "main", "cpu_s": c, "runq_s": q} for ts, c, q in edges])
+    others = data.procs[data.procs["role"] != "main"] if not data.procs.empty else data.procs
+    procs = rows if others.empty else pd.concat([others, rows], ignore_index=True)
+    return dataclasses.replace(data, procs=procs.sort_values("ts", ignore_index=True))
 
 
 def other_settings(
