@@ -22,7 +22,7 @@ from collector.diagnosis.stats import measure
 from collector.errors import CollectorWarning
 from collector.record import tuning
 from collector.record.tuning import apply, setting_of
-from collector.tune.advisor import Advisor
+from collector.tune.advisor import Advisor, AdvisorError
 from collector.tune.answers import NothingPays, Proposal
 from collector.tune.every import tune_every
 from collector.tune.policy import BASELINE_EPOCHS, NOISE_FLOOR, Policy, Segment
@@ -191,6 +191,7 @@ def test_before_the_training_process_is_sampled_twice_the_helper_says_later_and_
     assert early["later"] is True and "not sampled yet" in early["none"]
     with sqlite3.connect(db_path) as db:  # the tuner's own readings at an epoch's edges (NOTE [ The first question ])
         t0, t1 = db.execute("SELECT started_at, ended_at FROM epochs WHERE epoch = 0").fetchone()
+        db.execute("DELETE FROM proc_samples WHERE role != 'main'")  # the writer's own first samples not in yet
     edges = [[t0, 10.0, 1.0], [t1, 10.0 + 0.5 * (t1 - t0), 1.0]]  # half a core
     told = propose(db_path, 1, START.but(threads=torch.get_num_threads()), [], fixed_workers=False, edges=edges)
     assert "later" not in told
@@ -286,6 +287,43 @@ def test_a_failing_tuner_warns_once_and_training_goes_on_unchanged(db_path, monk
         w for w in caught if issubclass(w.category, CollectorWarning) and "live tuning stopped" in str(w.message)
     ]
     assert len(stopped) == 1
+
+
+class Scripted:
+    """A helper that proposes 2 persistent workers at the first chance, then dies (``poll`` raises)."""
+
+    pid, started = None, 0.0
+
+    def __init__(self) -> None:
+        self.polls = 0
+
+    def ask(self, *args: object) -> None:
+        pass
+
+    def poll(self) -> Proposal | None:
+        self.polls += 1
+        if self.polls > BASELINE_EPOCHS + 3:
+            raise AdvisorError("the tuner's helper ended")
+        start = START.but(threads=torch.get_num_threads())
+        return proposal(start.but(num_workers=2, persistent_workers=True), predicted=3.0, baseline=start)
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_tuner_that_fails_at_a_kept_setting_leaves_the_samples_and_their_order_as_they_were(db_path, monkeypatch):
+    """Persistent workers draw no seed at each iter(); after the failure the tuner still draws the user's."""
+    monkeypatch.setattr(tuning, "Advisor", Scripted)
+    plain, _ = order(db_path, tune=False, epochs=8, sleep_s=0.004)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tuned, _ = order(db_path, tune=True, epochs=8, sleep_s=0.004)
+    assert any("live tuning stopped" in str(w.message) for w in caught)
+    with sqlite3.connect(db_path) as db:
+        query = "SELECT e.setting FROM epochs e JOIN runs r ON r.id = e.run_id WHERE r.name = 'tuned' ORDER BY e.epoch"
+        settings = [json.loads(s) if s else None for (s,) in db.execute(query)]
+    assert settings[BASELINE_EPOCHS + 2]["persistent_workers"] and settings[-1] is None  # kept, then failed
+    assert tuned == plain
 
 
 def oversubscribed_model(others_busy: float, background: float, start_s: float) -> EpochModel:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from collector.diagnosis.calibration import C
 from collector.diagnosis.cores import share
@@ -148,8 +150,23 @@ class EpochModel:
     def _cycle(self, setting: Setting) -> float:
         return self._steady(setting)[0]
 
+    @functools.cached_property
+    def _memo(self) -> dict[tuple[str, Setting], Any]:
+        """What this model played for each setting: a model is frozen, and a ranking asks it the same again and again."""
+        return {}
+
+    def _remembered(self, play: Callable[[Setting], Any], setting: Setting) -> Any:
+        key = (play.__name__, setting)
+        if key not in self._memo:
+            self._memo[key] = play(setting)
+        return self._memo[key]
+
     def _steady(self, setting: Setting) -> tuple[float, float]:
         """(seconds per batch, the step's seconds) in steady state, before uneven fetches."""
+        return self._remembered(self._solve, setting)
+
+    def _solve(self, setting: Setting) -> tuple[float, float]:
+        """``_steady``'s fixed point, played out."""
         q, n = self.q(setting), setting.num_workers
         if n <= 0:
             step = self.step_s(q, 0.0, setting)
@@ -176,6 +193,10 @@ class EpochModel:
 
     def epoch_s(self, setting: Setting) -> float:
         """One epoch's time at ``setting``: what every prediction compares."""
+        return self._remembered(self._epoch_s, setting)
+
+    def _epoch_s(self, setting: Setting) -> float:
+        """``epoch_s``, played out."""
         y = self._cycle(setting)
         n = setting.num_workers
         lost = self.queue_loss(setting) * self.epoch_batches

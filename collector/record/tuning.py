@@ -61,22 +61,24 @@ class LiveTuner:
 
     def before_epoch(self, epoch: int, t_start_ns: int, wall_now: float) -> str | None:
         """Put the loader at this epoch's setting; its stored form (epochs.setting), or None once tuning failed."""
-        if self.failed is not None:
-            return None
+        setting, trial = self.running, None
         try:
-            if self.advisor is None:
-                self.advisor = Advisor()
-                if self.advisor.pid is not None:
-                    self.shared.helpers.append((self.advisor.pid, self.advisor.started))
-            setting, trial = self._choose(mid_epoch=False)
-            apply(self.loader, setting)
-            self.running = setting
-            self._keep_the_seed_stream(epoch)
-            self._running[epoch] = (t_start_ns, wall_now, process_ns(os.getpid()))
-            return setting_json(setting, trial=trial is not None)
+            if self.failed is None:
+                if self.advisor is None:
+                    self.advisor = Advisor()
+                    if self.advisor.pid is not None:
+                        self.shared.helpers.append((self.advisor.pid, self.advisor.started))
+                setting, trial = self._choose(mid_epoch=False)
+                apply(self.loader, setting)
+                self.running = setting
+                self._running[epoch] = (t_start_ns, wall_now, process_ns(os.getpid()))
+            self._keep_the_seed_stream(epoch)  # tuned or failed, the user's samples (NOTE [ The same samples ])
         except Exception as exc:  # noqa: BLE001 - the tuner's boundary: never an exception in the loop
-            self.fail(exc)
-            return None
+            if self.failed is None:
+                self.fail(exc)
+                with contextlib.suppress(Exception):
+                    self._keep_the_seed_stream(epoch)  # at the last good setting
+        return None if self.failed is not None else setting_json(setting, trial=trial is not None)
 
     def _choose(self, mid_epoch: bool) -> tuple[Setting, Proposal | None]:
         """The next segment's setting from the helper's newest answer; a proposal a window cannot start is held."""

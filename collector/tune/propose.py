@@ -133,6 +133,7 @@ def with_edges(data: RunData, edges: list[list[float]]) -> RunData:
     rows = pd.DataFrame([{"ts": ts, "pid": pid, "role": "main", "cpu_s": c, "runq_s": q} for ts, c, q in edges])
     others = data.procs[data.procs["role"] != "main"] if not data.procs.empty else data.procs
     procs = rows if others.empty else pd.concat([others, rows], ignore_index=True)
+    procs = procs.reindex(columns=list(dict.fromkeys([*data.procs.columns, *rows.columns])))
     return dataclasses.replace(data, procs=procs.sort_values("ts", ignore_index=True))
 
 
