@@ -218,6 +218,8 @@ def _bench(args: argparse.Namespace, pipeline: str, db: str) -> None:
         flush=True,
     )
     print(f"  untuned {[round(t, 2) for t in untuned]}\n  tuned   {[round(t, 2) for t in tuned]}", flush=True)
+    statics = ", ".join(f"{w}{' persistent' if p else ''} {t:.3f}" for (w, p), t in grid.items())
+    print(f"  grid (median epoch s): {statics}", flush=True)
     print(f"  load average {os.getloadavg()[0]:.2f}", flush=True)
     for line in _trials(db, "tuned"):
         print(f"  trial {line}", flush=True)
