@@ -131,9 +131,9 @@ def with_edges(data: RunData, edges: list[list[float]]) -> RunData:
     """``data`` with the training process's own readings, (wall time, CPU s, run-queue s), as its only samples."""
     pid = data.run.get("pid")
     rows = pd.DataFrame([{"ts": ts, "pid": pid, "role": "main", "cpu_s": c, "runq_s": q} for ts, c, q in edges])
-    others = data.procs[data.procs["role"] != "main"] if not data.procs.empty else data.procs
+    rows = rows.reindex(columns=data.procs.columns)  # proc_samples' every column, as the file gives them
+    others = data.procs[data.procs["role"] != "main"]
     procs = rows if others.empty else pd.concat([others, rows], ignore_index=True)
-    procs = procs.reindex(columns=list(dict.fromkeys([*data.procs.columns, *rows.columns])))
     return dataclasses.replace(data, procs=procs.sort_values("ts", ignore_index=True))
 
 
