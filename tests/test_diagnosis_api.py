@@ -14,7 +14,9 @@ from diagnosis_fixtures import Synthetic, file_state, foreign_sqlite, write_synt
 
 import collector
 from collector.diagnosis import RunInProgress
+from collector.diagnosis.data import load_run
 from collector.diagnosis.report_types import VERDICTS
+from collector.diagnosis.stats import measure
 from collector.errors import InsufficientData, NotAStallwatchFile, SchemaTooNew, StallwatchError, UnknownRun
 
 
@@ -81,6 +83,19 @@ def test_a_live_run_needs_live_true(tmp_path: Path) -> None:
         collector.diagnose(path)
     report = collector.diagnose(path, live=True, window_s=2.0)
     assert report.run["status"] == "running" and report.notes[0].startswith("live")
+
+
+def test_a_running_epoch_is_no_epoch_of_fewer_batches(tmp_path: Path) -> None:
+    """The model's epoch length counts the epochs that ended: the one running holds only its batches so far."""
+    path = str(tmp_path / "run.sqlite")
+    write_synthetic(path, starved(n=170, epoch_len=50, status="running"))  # epochs of 50, 50, 50 and 20 so far
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE epochs SET ended_at = NULL WHERE epoch = (SELECT MAX(epoch) FROM epochs)")
+    conn.commit()
+    conn.close()
+    facts = measure(load_run(path, live=True))
+    assert facts.epochs == 4 and facts.batches == 170
+    assert facts.epoch_batches == pytest.approx(50.0)  # 42.5 with the running epoch counted
 
 
 def _newer_schema(path: str) -> None:

@@ -40,6 +40,18 @@ class RunData:
     def host_facts(self) -> dict[str, Any]:
         return dict(self.run.get("host") or {})
 
+    @property
+    def epoch_length(self) -> float | None:
+        """Batches an epoch holds, on average, of those that ended (a running one: those handed out so far).
+
+        Counted, the tuner's second epoch (its first question is answered as it runs) made the photo
+        pipeline's 8-batch epochs 4.5, where 4 workers fetch an epoch at once as 8 do: the model tied them.
+        """
+        e = self.epochs
+        known = {"ended_at", "batches"} <= set(e.columns)
+        ended = e.loc[e["ended_at"].notna() & (e["batches"] > 0), "batches"] if known else []
+        return float(sum(ended) / len(ended)) if len(ended) else None
+
 
 def load_run(
     db: str | os.PathLike[str] | Reader,

@@ -70,7 +70,7 @@ class Facts:
     main_runq_cores: float | None  # the main process's threads waiting for a core, on average
     accounting_exact: bool  # CPU from cumulative counters and the workers' own totals (schema 3)
     torch_threads: int | None  # torch.get_num_threads() in the training process
-    epoch_batches: float  # batches per epoch, on average
+    epoch_batches: float  # batches per epoch, on average: of the epochs that ended (RunData.epoch_length)
     steady_from: int  # an epoch's first batch in steady state: the step and cycle means are of those from it on
     end_wait_s: float  # final next() calls, summed
     collector_s: float  # the collector's own work on the training thread in the spans: in no wait, no active time
@@ -194,7 +194,7 @@ def measure(data: RunData) -> Facts:
         main_runq_cores=job.main_runq_cores,
         accounting_exact=job.exact,
         torch_threads=_int(data.run.get("torch_threads")),
-        epoch_batches=(len(b) + folded) / max(1, n_epochs),
+        epoch_batches=data.epoch_length or (len(b) + folded) / max(1, n_epochs),
         steady_from=steady_from,
         end_wait_s=spans.end_wait_s,
         collector_s=spans.collector_s,
