@@ -359,7 +359,9 @@ def test_the_tuner_may_keep_up_to_a_jobs_own_worker_count_past_the_cap_and_the_r
     hold = choose(hog, [hog.recorded, *tuner_candidates(hog)])[0].setting
     assert hold.num_workers > cap and hold.persistent_workers  # fewer give the job's share to the hog
     two = dataclasses.replace(quiet, recorded=quiet.recorded.but(num_workers=2))
-    assert tuner_candidates(two) == candidates(two)
+    assert {s.num_workers for s in tuner_candidates(two)} == set(range(5))  # 2 a core beside others' load
+    assert [s for s in tuner_candidates(two) if s.num_workers <= cap] == candidates(two)
+    assert max(s.num_workers for s in tuner_candidates(two, physical_cores=1)) == cap  # the cap is more already
 
 
 def test_on_a_quiet_machine_the_tuner_may_try_cpu_bound_workers_past_the_cap_up_to_memorys_limit():

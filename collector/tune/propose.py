@@ -22,6 +22,7 @@ from collector.store.reader import Reader
 SETTLE_TIMEOUT_S = 10.0  # how long the epoch just measured may take to reach the file
 POLL_S = 0.05
 QUIET_CORES = 0.25  # other processes' busy cores below which no one loses cores to more workers
+SHARED_WORKERS_PER_CORE = 2  # beside others' load: the articles' most, "1-2x physical cores" (../shared/SOURCES.md)
 
 # NOTE [ Seen from every measured setting ]
 # The model is built from the epochs at the current setting, and one
@@ -109,7 +110,7 @@ def propose(
     most_threads = max(t.threads for t in [current, *tried])  # the job's own: the tuner never adds threads
     allowed = [
         s
-        for s in tuner_candidates(model, threads=most_threads)
+        for s in tuner_candidates(model, threads=most_threads, physical_cores=facts.physical_cores)
         if s not in done and not (fixed_workers and s.num_workers != current.num_workers)
     ]
     if not allowed:
@@ -175,18 +176,24 @@ def with_measured_share(model: EpochModel, others: list[tuple[int, EpochModel]])
     return model if share is None else dataclasses.replace(model, measured_share=share)
 
 
-def tuner_candidates(model: EpochModel, threads: int | None = None) -> list[Setting]:
-    """The diagnosis's candidates, more workers where no other process would lose cores to them, the job's threads back.
+def tuner_candidates(model: EpochModel, threads: int | None = None, physical_cores: int | None = None) -> list[Setting]:
+    """The diagnosis's candidates, more workers than its cap (the trial measures them), the job's threads back.
 
     ``candidates`` stops CPU-bound loading at a worker a core and one more:
     more take cores from the machine's other users, a loss the model cannot
-    see. The tuner measures before it keeps, so it may go past that cap
-    where the cap protects no one, and keeps only what measures faster:
+    see. The tuner measures before it keeps, so it may go past that cap,
+    and keeps only what measures faster:
     - on a quiet machine (other processes kept under QUIET_CORES busy), up
       to the count memory allows. bench/bench_tune.py's photo pipeline, its
       persistent epochs of 8 batches, ran 0.93 s with 8 workers and 1.09 s
       with 2 at 2 threads (4 interleaved rounds); the model played them at
       0.91 s and 1.06 s, and the report, capped, never names the faster one;
+    - beside other processes' load, up to SHARED_WORKERS_PER_CORE workers a
+      physical core, the most of the articles' range (1-2x physical cores,
+      "raise while watching until it plateaus"): each takes a little more of
+      the cores from the others, and the trial measures what the job gains.
+      Capped at 3 on 2 cores beside a hog, ``cpu``'s 3 persistent workers
+      ran 1.22-1.28 s where 4 ran 1.14 s (bench/bench_tune.py --hog);
     - a job that already runs more workers holds that share of the cores:
       any count up to its own takes no more, and fewer than the cap give
       it up. Beside a CPU hog, ``oversubscribed``'s best static setting is
@@ -203,7 +210,8 @@ def tuner_candidates(model: EpochModel, threads: int | None = None) -> list[Sett
     """
     listed = candidates(model)
     own, top = model.recorded.num_workers, max(s.num_workers for s in listed)
-    ceiling = MAX_CANDIDATE_WORKERS if model.others_busy < QUIET_CORES else own  # taking no one's cores
+    shared = SHARED_WORKERS_PER_CORE * int(physical_cores or model.cores)
+    ceiling = MAX_CANDIDATE_WORKERS if model.others_busy < QUIET_CORES else max(own, shared)
     wider = set(range(top + 1, min(ceiling, model.max_workers) + 1))
     if top < own <= model.max_workers:
         wider.add(own)
