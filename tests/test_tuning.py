@@ -362,6 +362,7 @@ def test_the_tuner_may_keep_up_to_a_jobs_own_worker_count_past_the_cap_and_the_r
     assert {s.num_workers for s in tuner_candidates(two)} == set(range(5))  # 2 a core beside others' load
     assert [s for s in tuner_candidates(two) if s.num_workers <= cap] == candidates(two)
     assert max(s.num_workers for s in tuner_candidates(two, physical_cores=1)) == cap  # the cap is more already
+    assert max(s.num_workers for s in tuner_candidates(two, physical_cores=64)) == 4  # a host's, not the job's
 
 
 def test_on_a_quiet_machine_the_tuner_may_try_cpu_bound_workers_past_the_cap_up_to_memorys_limit():

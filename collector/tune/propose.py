@@ -189,7 +189,7 @@ def tuner_candidates(model: EpochModel, threads: int | None = None, physical_cor
       with 2 at 2 threads (4 interleaved rounds); the model played them at
       0.91 s and 1.06 s, and the report, capped, never names the faster one;
     - beside other processes' load, up to SHARED_WORKERS_PER_CORE workers a
-      physical core, the most of the articles' range (1-2x physical cores,
+      physical core the job may use, the most of the articles' range (1-2x physical cores,
       "raise while watching until it plateaus"): each takes a little more of
       the cores from the others, and the trial measures what the job gains.
       Capped at 3 on 2 cores beside a hog, ``cpu``'s 3 persistent workers
@@ -210,7 +210,7 @@ def tuner_candidates(model: EpochModel, threads: int | None = None, physical_cor
     """
     listed = candidates(model)
     own, top = model.recorded.num_workers, max(s.num_workers for s in listed)
-    shared = SHARED_WORKERS_PER_CORE * int(physical_cores or model.cores)
+    shared = SHARED_WORKERS_PER_CORE * int(min(physical_cores or model.cores, model.cores))  # of those it may use
     ceiling = MAX_CANDIDATE_WORKERS if model.others_busy < QUIET_CORES else max(own, shared)
     wider = set(range(top + 1, min(ceiling, model.max_workers) + 1))
     if top < own <= model.max_workers:
