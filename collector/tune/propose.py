@@ -188,12 +188,13 @@ def tuner_candidates(model: EpochModel, threads: int | None = None, physical_cor
       persistent epochs of 8 batches, ran 0.93 s with 8 workers and 1.09 s
       with 2 at 2 threads (4 interleaved rounds); the model played them at
       0.91 s and 1.06 s, and the report, capped, never names the faster one;
-    - beside other processes' load, up to SHARED_WORKERS_PER_CORE workers a
-      physical core the job may use, the most of the articles' range (1-2x physical cores,
-      "raise while watching until it plateaus"): each takes a little more of
-      the cores from the others, and the trial measures what the job gains.
-      Capped at 3 on 2 cores beside a hog, ``cpu``'s 3 persistent workers
-      ran 1.22-1.28 s where 4 ran 1.14 s (bench/bench_tune.py --hog);
+    - beside other processes' load, up to SHARED_WORKERS_PER_CORE workers
+      a physical core the job may use, the most of the articles' range
+      (1-2x physical cores, "raise while watching until it plateaus"): each
+      takes a little more of the cores from the others, and the trial
+      measures what the job gains. Capped at 3 on 2 cores beside a hog,
+      ``cpu``'s 3 persistent workers ran 1.19-1.33 s where 4 ran 1.14-1.15 s
+      (bench/bench_tune.py --hog);
     - a job that already runs more workers holds that share of the cores:
       any count up to its own takes no more, and fewer than the cap give
       it up. Beside a CPU hog, ``oversubscribed``'s best static setting is
