@@ -131,6 +131,8 @@ def job_line(entries: list[Entry]) -> str | None:
             parts.append(f"{e.label} left at its setting")
         elif e.start_s and e.now_s:
             parts.append(f"{e.label} {e.start_s / e.now_s:.2f}x")
+        else:
+            parts.append(f"{e.label} not measured")
     return f"tuned the job: {speedup:.2f}x measured over {len(entries)} loaders ({'; '.join(parts)})"
 
 
