@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from collector.diagnosis import rules_memory
+from collector.diagnosis import rules_memory, rules_workers
 from collector.diagnosis.build import build_model, parallel_share_between
 from collector.diagnosis.choose import candidates, choose, predict
 from collector.diagnosis.data import RunData, load_run
@@ -133,7 +133,7 @@ def propose(
     most_threads = max(t.threads for t in [current, *tried])  # the job's own: the tuner never adds threads
     allowed = [
         s
-        for s in tuner_candidates(model, threads=most_threads, physical_cores=facts.physical_cores)
+        for s in tuner_candidates(model, most_threads, facts.physical_cores, deeper_queue(data, facts, model))
         if s not in done
         and not (fixed_workers and s.num_workers != current.num_workers)
         and not (fixed_threads and s.threads != current.threads)
@@ -209,7 +209,15 @@ def with_measured_share(model: EpochModel, others: list[tuple[int, EpochModel]])
     return model if share is None else dataclasses.replace(model, measured_share=share)
 
 
-def tuner_candidates(model: EpochModel, threads: int | None = None, physical_cores: int | None = None) -> list[Setting]:
+def deeper_queue(data: RunData, facts: Any, model: EpochModel) -> int | None:
+    """The prefetch_factor the report would try (its prefetch_too_shallow rule's), where the rule finds bursts."""
+    symptom = rules_workers.prefetch_too_shallow(data, facts, model)
+    return None if symptom is None else int(symptom.metrics["suggested_prefetch_factor"])
+
+
+def tuner_candidates(
+    model: EpochModel, threads: int | None = None, physical_cores: int | None = None, prefetch: int | None = None
+) -> list[Setting]:
     """The diagnosis's candidates, more workers than its cap (the trial measures them), the job's threads back.
 
     ``candidates`` stops CPU-bound loading at a worker a core and one more:
@@ -242,9 +250,11 @@ def tuner_candidates(model: EpochModel, threads: int | None = None, physical_cor
     to that many come back as candidates (the model plays them by Amdahl's
     law, NOTE [ Intra-op threads ]). The photo pipeline's best settings hold
     2 threads; a kept trial of 1 thread otherwise never found its way back.
-    The report never suggests more threads than the job set.
+    The report never suggests more threads than the job set. ``prefetch``: a
+    deeper queue to try, where the report's prefetch_too_shallow rule finds
+    the loop's waits come in bursts (``deeper_queue``), as the report does.
     """
-    listed = candidates(model)
+    listed = candidates(model, prefetch=prefetch)
     own, top = model.recorded.num_workers, max(s.num_workers for s in listed)
     shared = SHARED_WORKERS_PER_CORE * int(min(physical_cores or model.cores, model.cores))  # of those it may use
     ceiling = max(shared, 2 * own) if model.others_busy < QUIET_CORES else max(own, shared)  # NOTE [ After a miss ]
