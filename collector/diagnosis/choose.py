@@ -10,8 +10,6 @@ from typing import Any
 from collector.diagnosis.calibration import C
 from collector.diagnosis.model import EpochModel, Setting
 
-MAX_CANDIDATE_WORKERS = 16
-MAX_SPREAD = 0.5  # a run noisier than this still gets a range, not a negative bound
 ALTERNATIVES = 4  # considered settings listed beside the recommendation
 
 
@@ -35,7 +33,7 @@ def predict(model: EpochModel, setting: Setting) -> Prediction:
     """The model's speed-up for ``setting``, widened by the run's own spread, the model's measured error and,
     on another thread count, the parallel shares the run leaves open (NOTE [ Intra-op threads ])."""
     least, most = model.speedup_span(setting)
-    spread = min(model.spread, MAX_SPREAD)
+    spread = min(model.spread, C.MAX_SPREAD)
     return Prediction(
         setting=setting,
         changes=model.recorded.changed(setting),
@@ -55,7 +53,7 @@ def candidates(model: EpochModel, *, prefetch: int | None = None) -> list[Settin
     """
     rec = model.recorded
     threads = [rec.threads] + [t for t in range(rec.threads - 1, 0, -1) if model.step_threads > 1.2]
-    top = min(model.max_workers, MAX_CANDIDATE_WORKERS)
+    top = min(model.max_workers, int(C.MAX_CANDIDATE_WORKERS))
     if model.cpu_bound():
         top = min(top, math.ceil(model.cores - 1e-9) + int(C.SPARE_CPU_WORKERS))
     pins = {rec.pin_memory, bool(rec.pin_memory or model.copy_saving_s > 0)}
@@ -104,7 +102,7 @@ def choose(model: EpochModel, settings: Iterable[Setting]) -> tuple[Prediction, 
     near = [s for s, v in scores.items() if v >= C.CLOSE * best] or [model.recorded]
     pick = model.recorded if model.recorded in near else _least_change(model, near)
     if pick.num_workers > 0 and model.headroom(pick) < C.SURPLUS:
-        room = math.floor(model.cores + 1e-9) if model.cpu_bound() else MAX_CANDIDATE_WORKERS
+        room = math.floor(model.cores + 1e-9) if model.cpu_bound() else int(C.MAX_CANDIDATE_WORKERS)
         fed = [
             s
             for s, v in scores.items()

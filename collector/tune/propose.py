@@ -11,6 +11,7 @@ import pandas as pd
 
 from collector.diagnosis import rules_memory, rules_workers
 from collector.diagnosis.build import build_model, parallel_share_between
+from collector.diagnosis.calibration import C
 from collector.diagnosis.choose import candidates, choose, predict
 from collector.diagnosis.data import RunData, load_run
 from collector.diagnosis.model import EpochModel, Setting
@@ -21,8 +22,6 @@ from collector.store.reader import Reader
 
 SETTLE_TIMEOUT_S = 10.0  # how long the epoch just measured may take to reach the file
 POLL_S = 0.05
-QUIET_CORES = 0.25  # other processes' busy cores below which no one loses cores to more workers
-SHARED_WORKERS_PER_CORE = 2  # beside others' load: the articles' most, "1-2x physical cores" (../shared/SOURCES.md)
 
 # NOTE [ Seen from every measured setting ]
 # The model is built from the epochs at the current setting, and one
@@ -256,8 +255,10 @@ def tuner_candidates(
     """
     listed = candidates(model, prefetch=prefetch)
     own, top = model.recorded.num_workers, max(s.num_workers for s in listed)
-    shared = SHARED_WORKERS_PER_CORE * int(min(physical_cores or model.cores, model.cores))  # of those it may use
-    ceiling = max(shared, 2 * own) if model.others_busy < QUIET_CORES else max(own, shared)  # NOTE [ After a miss ]
+    shared = int(C.SHARED_WORKERS_PER_CORE) * int(
+        min(physical_cores or model.cores, model.cores)
+    )  # of those it may use
+    ceiling = max(shared, 2 * own) if model.others_busy < C.QUIET_CORES else max(own, shared)  # NOTE [ After a miss ]
     wider = set(range(top + 1, min(ceiling, model.max_workers) + 1))
     if top < own <= model.max_workers:
         wider.add(own)
