@@ -100,11 +100,11 @@ class EpochModel:
         speedup = self.speedup(setting)
         if abs(self.q(setting) - self.step_threads) < 1e-9 or self.measured_share is not None:
             return speedup, speedup
-        ends = [m.speedup(setting) for m in self._share_ends]
+        ends = [m.speedup(setting) for m in self.share_ends]
         return min(speedup, *ends), max(speedup, *ends)
 
     @functools.cached_property
-    def _share_ends(self) -> tuple[EpochModel, EpochModel]:
+    def share_ends(self) -> tuple[EpochModel, EpochModel]:
         """This model at the least and the most parallel share a step was measured with."""
         return (
             dataclasses.replace(self, measured_share=C.PARALLEL_SHARE_LOW),
