@@ -34,7 +34,12 @@ def diagnose_data(data: RunData) -> Report:
     if data.run.get("tuned"):
         notes.append("tuned live: this covers the epochs at the setting the tuner kept; its trials are listed")
     if word == "insufficient-data":
-        notes.append(f"only {facts.batches} batches recorded: too few to name symptoms; record a longer run")
+        lo, hi = facts.input_range
+        spread = "" if facts.steady_batches < 6 else f" (waiting for data {lo:.0%}-{hi:.0%} of the time)"
+        notes.append(
+            f"only {facts.batches} batches recorded{spread}: too few to tell the verdict or name symptoms; "
+            "record a longer run"
+        )
         return Report(
             run=run, summary=summary(facts, data), verdict=word, notes=tuple(notes), tuning=trials, tuned=line
         )
@@ -60,6 +65,9 @@ def diagnose_data(data: RunData) -> Report:
     advice = suggest(facts, model, {s.id: s for s in symptoms}, loader=loader)
     suggestions = advice.suggestions
     notes += advice.notes
+    trend = rules_memory.trend_note(data, facts)
+    if trend and "memory_pressure" not in {s.id for s in symptoms}:
+        notes.append(trend)
     if facts.background_cores >= CONTENDED_CORES:
         notes.append(
             f"Other processes kept about {facts.background_cores:.1f} of the {facts.usable_cores} usable cores busy: "
