@@ -188,6 +188,11 @@ def window_edges(ts: np.ndarray, epoch: np.ndarray, windows: int, per_window: in
     return [g for g in groups if len(g)]
 
 
+def t95(dof: int) -> float:
+    """Student's t at 95% (two-sided) for ``dof`` degrees of freedom; 2.0 from 8 on, as the long runs use."""
+    return (12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36)[dof - 1] if 1 <= dof <= 7 else 2.0
+
+
 def mean_range(values: np.ndarray, weights: np.ndarray | None = None, *, z: float = 2.0) -> tuple[float, float]:
     """The weighted mean's range, plus or minus ``z`` standard errors over windows (the spread across them)."""
     v = np.asarray(values, dtype=float)

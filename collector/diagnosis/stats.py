@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from collector.diagnosis.accounting import active_spans, job_cpu, mean_range, window_edges
+from collector.diagnosis.accounting import active_spans, job_cpu, mean_range, t95, window_edges
 from collector.diagnosis.data import RunData
 from collector.diagnosis.load import load_costs, load_share
 from collector.diagnosis.phases import STEADY, WARMUP, epoch_starts, label_phases, start_batches
@@ -17,8 +17,6 @@ MIN_HANDOFF_BATCHES = 10  # ready batches needed before their median wait counts
 WINDOWS = 8  # epochs (or equal time windows) the uncertainty is taken over
 MIN_HALF_RANGE = 0.005  # half a point: no measurement on a shared machine is finer
 SHORT_RUN = 10 * WINDOWS  # steady batches below which the stall's windows hold 2 batches each (NOTE [ Stable answers ])
-# Student's t at 95% (two-sided) for 1..7 degrees of freedom: a short run's few windows widen its range
-T95 = (12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36)
 
 
 @dataclass(frozen=True)
@@ -271,8 +269,7 @@ def stall_range(
     weights = np.array([c[g].sum() for g in groups])
     if short and len(groups) < 2:
         return 0.0, 1.0  # one window: no variation to judge from
-    z = T95[len(groups) - 2] if short and len(groups) - 1 <= len(T95) else 2.0
-    lo, hi = mean_range(per, weights, z=z)
+    lo, hi = mean_range(per, weights, z=t95(len(groups) - 1) if short else 2.0)
     half = max((hi - lo) / 2.0, MIN_HALF_RANGE)
     return max(0.0, point - half), min(1.0, point + half)
 
