@@ -65,7 +65,9 @@ def _main(args: argparse.Namespace) -> int:
         elif args.rank is not None:
             raise StallwatchError("--rank cannot be combined with --window-s or --last-batches: give --run ID instead")
         else:
-            report = diagnose(args.db, args.run or "latest", window_s=args.window_s, last_batches=args.last_batches, live=args.live)
+            report = diagnose(
+                args.db, args.run or "latest", window_s=args.window_s, last_batches=args.last_batches, live=args.live
+            )
     except StallwatchError:
         raise  # cli.main prints it on one line and exits 2
     except Exception as exc:  # noqa: BLE001 - the CLI's boundary: one line, never a traceback

@@ -72,7 +72,9 @@ def available_trend(data: RunData, facts: Facts) -> Trend | None:
     whole = float(np.polyfit(t - t[0], avail, 1)[0])
     rate = -max(late, whole) if late < 0 and whole < 0 else 0.0  # still falling, at the slower of the two
     left = float(avail[-1])
-    return Trend(float(t[-1] - t[0]), float(avail[0] - avail[-1]), rate, left, left / rate if rate else float("inf"), run_fall)
+    return Trend(
+        float(t[-1] - t[0]), float(avail[0] - avail[-1]), rate, left, left / rate if rate else float("inf"), run_fall
+    )
 
 
 def memory_pressure(
@@ -117,11 +119,7 @@ def memory_pressure(
         if low < low_share * ram:
             findings.append(f"available memory fell to {low / MiB:.0f} MiB ({low / ram:.0%} of RAM)")
             level = 2 if low < 0.05 * ram else level
-        elif (
-            trend.window_s >= min_window_s
-            and trend.fall_bytes >= fall_share * ram
-            and trend.to_zero_s < horizon_s
-        ):
+        elif trend.window_s >= min_window_s and trend.fall_bytes >= fall_share * ram and trend.to_zero_s < horizon_s:
             findings.append(
                 f"after start-up, available memory fell {trend.fall_bytes / MiB:.0f} MiB in {trend.window_s:.0f} s "
                 f"and still falls {trend.rate_bps / MiB:.1f} MiB/s: the {trend.left_bytes / MiB:.0f} MiB left "
