@@ -25,7 +25,8 @@ from collector.store.reader import Reader
 # stalled, over the program's time. The costliest leads: the report's
 # verdict, symptoms and suggestions are its own, so a script that reads a
 # one-loader file's JSON sees no change, and `loaders` lists every one in
-# that order, as the end-of-run summary lists them.
+# that order, as the end-of-run summary lists them. A loader too short for
+# a verdict ranks after those with one: its cost is not established.
 ROW_KEYS = (
     "run_id", "name", "stage", "evaluation", "verdict", "batches", "stall_fraction", "active_s", "lost_s",
     "time_share", "cost_share", "symptoms", "code_change", "why",
@@ -79,7 +80,7 @@ def program_report(
 ) -> Report:
     """The pure part: each loader's report in, the costliest's out with ``loaders``, costliest first."""
     total = program_s if program_s and program_s > 0 else sum(r.summary.get("active_s") or 0.0 for r in reports)
-    rows = sorted((loader_row(r, total) for r in reports), key=lambda r: (-r["lost_s"], -r["active_s"]))
+    rows = sorted((loader_row(r, total) for r in reports), key=_cost)
     lead = next(r for r in reports if r.run.get("id") == rows[0]["run_id"])
     rows += [dict(s) for s in skipped]
     notes = lead.notes
@@ -115,6 +116,11 @@ def loader_row(report: Report, program_s: float) -> dict[str, Any]:
         "code_change": report.code_change(),
         "why": None,
     }
+
+
+def _cost(row: Mapping[str, Any]) -> tuple[bool, float, float]:
+    """The sort key: a loader with a verdict before one without, then the seconds its stalls cost, its time."""
+    return row["verdict"] == "insufficient-data", -row["lost_s"], -row["active_s"]
 
 
 def _span(runs: pd.DataFrame) -> float | None:
