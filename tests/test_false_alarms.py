@@ -52,6 +52,14 @@ def test_a_memory_trend_is_called_only_after_start_up_over_a_window(tmp_path: Pa
     assert any("too short to tell a trend" in note for note in found.notes) == too_short
 
 
+def test_memory_that_other_programs_take_is_not_this_jobs(tmp_path: Path) -> None:
+    """Available memory leaks away while the job's own (its main process's RSS, sampled) holds: another program."""
+    spec = Synthetic(
+        wait_s=np.full(400, 0.1), step_s=0.1, config=dict(W2), mem_available=falls(8.0, 2.5), main_cpu_pct=50.0
+    )
+    assert memory(report(tmp_path, spec)) is None
+
+
 def test_a_short_run_projects_no_time_to_exhaustion(tmp_path: Path) -> None:
     spec = Synthetic(wait_s=np.full(80, 0.1), step_s=0.1, config=dict(W2), mem_available=falls(8.0, 6.8, until=0.3))
     found = report(tmp_path, spec)

@@ -40,6 +40,7 @@ class Trend:
     left_bytes: float  # available at the last sample: what is actually left
     to_zero_s: float  # left_bytes / rate_bps (inf when not falling)
     run_fall_bytes: float  # the whole run's fall, start-up included
+    own_bytes: float | None  # the job's own memory (main process and workers, RSS) over the window: its growth
 
 
 def available_trend(data: RunData, facts: Facts) -> Trend | None:
@@ -66,15 +67,28 @@ def available_trend(data: RunData, facts: Facts) -> Trend | None:
     t, avail = t_all[after], avail_all[after]
     run_fall = float(avail_all[0] - avail_all[-1])
     if len(t) < 5 or t[-1] <= t[0]:
-        return Trend(float(t[-1] - t[0]) if len(t) else 0.0, 0.0, 0.0, float(avail_all[-1]), float("inf"), run_fall)
+        span = float(t[-1] - t[0]) if len(t) else 0.0
+        return Trend(span, 0.0, 0.0, float(avail_all[-1]), float("inf"), run_fall, None)
     half = t >= (t[0] + t[-1]) / 2
     late = float(np.polyfit(t[half] - t[0], avail[half], 1)[0]) if half.sum() >= 3 else 0.0
     whole = float(np.polyfit(t - t[0], avail, 1)[0])
     rate = -max(late, whole) if late < 0 and whole < 0 else 0.0  # still falling, at the slower of the two
-    left = float(avail[-1])
+    left, to_zero = float(avail[-1]), float(avail[-1]) / rate if rate else float("inf")
     return Trend(
-        float(t[-1] - t[0]), float(avail[0] - avail[-1]), rate, left, left / rate if rate else float("inf"), run_fall
+        float(t[-1] - t[0]), float(avail[0] - avail[-1]), rate, left, to_zero, run_fall, _own_growth(data, t[0])
     )
+
+
+def _own_growth(data: RunData, t_from: float) -> float | None:
+    """How much the job's own memory (main process and workers, RSS summed per sample) grew from ``t_from``."""
+    procs = data.procs
+    if procs.empty:
+        return None
+    own = procs[procs["role"].isin(("main", "worker")) & (procs["ts"] >= t_from)].dropna(subset=["rss_bytes"])
+    if own.empty or (own["role"] == "main").sum() < 2:
+        return None
+    total = own.groupby("ts")["rss_bytes"].sum().sort_index()
+    return float(total.iloc[-1] - total.iloc[0])
 
 
 def memory_pressure(
@@ -86,6 +100,7 @@ def memory_pressure(
     min_window_s: float = 60.0,
     fall_share: float = 0.05,
     max_projection: float = 4.0,
+    own_share: float = 0.5,
     queue_share: float = 0.5,
     growth_share: float = 0.25,
     growth_bytes: float = 64 * MiB,
@@ -99,7 +114,9 @@ def memory_pressure(
     Fires when available memory drops below ``low_share`` (10%) of RAM; when,
     over at least ``min_window_s`` (60 s) after the warm-up, it fell
     ``fall_share`` (5%) of RAM and still falls fast enough to reach zero
-    within ``horizon_s`` (1 h) (NOTE [ A trend needs a window ]): high when
+    within ``horizon_s`` (1 h), the job's own memory (where sampled) growing
+    by ``own_share`` (50%) of that fall, so other programs' memory is not
+    this job's (NOTE [ A trend needs a window ]): high when
     zero is under 10 min away and no further than the window seen, medium
     within ``max_projection`` (4x) the window, low beyond; when ``num_workers *
     prefetch_factor`` batches plus the workers' private memory take
@@ -119,7 +136,12 @@ def memory_pressure(
         if low < low_share * ram:
             findings.append(f"available memory fell to {low / MiB:.0f} MiB ({low / ram:.0%} of RAM)")
             level = 2 if low < 0.05 * ram else level
-        elif trend.window_s >= min_window_s and trend.fall_bytes >= fall_share * ram and trend.to_zero_s < horizon_s:
+        elif (
+            trend.window_s >= min_window_s
+            and trend.fall_bytes >= fall_share * ram
+            and trend.to_zero_s < horizon_s
+            and (trend.own_bytes is None or trend.own_bytes >= own_share * trend.fall_bytes)
+        ):
             findings.append(
                 f"after start-up, available memory fell {trend.fall_bytes / MiB:.0f} MiB in {trend.window_s:.0f} s "
                 f"and still falls {trend.rate_bps / MiB:.1f} MiB/s: the {trend.left_bytes / MiB:.0f} MiB left "
