@@ -108,3 +108,14 @@ def test_an_evaluation_loader_under_no_grad_is_told_no_shuffle(
     config = {**spec.config, "shuffle": False, "grad_enabled": grad_enabled}
     found = report(tmp_path, dataclasses.replace(spec, config=config))
     assert ("shuffle=True" in (found.code_change() or "")) == shuffle_advised
+
+
+@pytest.mark.parametrize(("wait_s", "step_s", "severity"), [(0.002, 0.001, "low"), (0.020, 0.010, "high")])
+def test_a_loader_of_a_fraction_of_a_second_raises_no_alarm_above_low(
+    tmp_path: Path, wait_s: float, step_s: float, severity: str
+) -> None:
+    """Lightning's BoringModel: 0.1-ms batches, 0.2 s in all; the same shares over 9 s are an alarm."""
+    found = report(tmp_path, Synthetic(wait_s=np.full(300, wait_s), step_s=step_s))
+    assert found.verdict == "input-bound"
+    assert {s.severity for s in found.symptoms} == {severity}
+    assert any("too little at stake" in note for note in found.notes) == (severity == "low")
