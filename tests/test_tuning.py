@@ -242,7 +242,8 @@ def test_a_starved_loader_tuned_live_gets_faster_with_the_same_samples_in_the_sa
     assert kept and kept[0]["measured_speedup"] > 1.2 and kept[0]["setting"]["num_workers"] > 0
     assert {"epoch", "setting", "predicted_speedup", "measured_speedup", "kept"} <= set(kept[0])
     assert report["tuned"].startswith("tuned: num_workers 0 -> ")
-    assert "stallwatch tuned: num_workers 0 -> " in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "stallwatch tuned tuned (test_tuning.py:" in err and "): num_workers 0 -> " in err  # the loader named
     with sqlite3.connect(db_path) as conn:
         rows = conn.execute("SELECT setting FROM epochs WHERE setting IS NOT NULL ORDER BY run_id, epoch")
         settings = [json.loads(s) for (s,) in rows]

@@ -103,12 +103,14 @@ class Advisor:
         correction: float = 1.0,
         seen: int | None = None,
         edges: list[tuple[float, float, float]] | None = None,
+        fixed_threads: bool = False,
     ) -> None:
         """Send a question about the run once ``epoch`` is in the file (None: a window, now); answered by a later ``poll``.
 
         ``seen`` (the policy's segments measured) comes back with the answer. ``edges``: the
         training process's (wall time, CPU s, run-queue s) at the epoch's start and end
-        (NOTE [ The first question ] in collector/tune/propose.py).
+        (NOTE [ The first question ] in collector/tune/propose.py). ``fixed_threads``: another loader
+        of the job owns torch's threads (NOTE [ One tuner for the job ] in collector/record/tuning_job.py).
         """
         question = {
             "db": db,
@@ -117,6 +119,7 @@ class Advisor:
             "current": asdict(current),
             "tried": [asdict(s) for s in tried],
             "fixed_workers": fixed_workers,
+            "fixed_threads": fixed_threads,
             "correction": correction,
             "seen": seen,
             "edges": edges,
@@ -222,6 +225,7 @@ def serve() -> None:
                 setting_from(q["current"]),
                 [setting_from(s) for s in q["tried"]],
                 fixed_workers=bool(q["fixed_workers"]),
+                fixed_threads=bool(q.get("fixed_threads", False)),
                 epoch=q.get("epoch"),
                 correction=float(q.get("correction", 1.0)),
                 edges=q.get("edges"),

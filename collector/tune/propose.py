@@ -67,6 +67,7 @@ def propose(
     tried: list[Setting],
     *,
     fixed_workers: bool,
+    fixed_threads: bool = False,
     epoch: int | None = None,
     correction: float = 1.0,
     edges: list[list[float]] | None = None,
@@ -111,7 +112,9 @@ def propose(
     allowed = [
         s
         for s in tuner_candidates(model, threads=most_threads, physical_cores=facts.physical_cores)
-        if s not in done and not (fixed_workers and s.num_workers != current.num_workers)
+        if s not in done
+        and not (fixed_workers and s.num_workers != current.num_workers)
+        and not (fixed_threads and s.threads != current.threads)
     ]
     if not allowed:
         return {"none": "every setting worth trying was tried"}
