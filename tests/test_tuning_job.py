@@ -35,7 +35,7 @@ class Proposing:
             return None
         return Proposal(self.current, self.current.but(**self.change), 10.0, 8.0, 12.0)
 
-    def ask(self, db: str, run_id: int, epoch: Any, current: Setting, *args: Any) -> None:
+    def ask(self, db: str, run_id: int, epoch: Any, current: Setting, *args: Any, **kwargs: Any) -> None:
         self.current = current
 
     def close(self) -> None:
@@ -51,8 +51,8 @@ def threads_back():
 
 def job(db: str, eval_batches: int, **change: Any) -> dict[str, list[dict[str, Any]]]:
     """A training loader (12 batches) and an evaluation loader, both watched with tune=True, EPOCHS epochs."""
-    train = DataLoader(SlowDataset(48, 0.004), batch_size=4)
-    val = DataLoader(SlowDataset(4 * eval_batches, 0.004), batch_size=4)
+    train = DataLoader(SlowDataset(48, 0.01), batch_size=4)  # I/O-like: 2 workers make it about twice as fast
+    val = DataLoader(SlowDataset(4 * eval_batches, 0.01), batch_size=4)
     with watch(train, db=db, run="train", tune=True) as t, watch(val, db=db, run="val", tune=True) as v:
         for _ in range(EPOCHS):
             for _ in t:
@@ -84,7 +84,7 @@ def test_a_few_batch_evaluation_loader_is_left_alone_and_never_sets_the_threads_
 ):
     if threads_back < 2:
         pytest.skip("needs 2 intra-op threads to take one away")  # never on CI's 2 cores
-    monkeypatch.setattr(tuning, "Advisor", lambda: Proposing(num_workers=2, threads=1))
+    monkeypatch.setattr(tuning, "Advisor", lambda: Proposing(num_workers=2, persistent_workers=True, threads=1))
     rows = job(db_path, eval_batches=3)
     assert {t["run"] for t in rows["trials"]} == {"train"}  # the evaluation loader tried nothing
     kept = [t for t in rows["trials"] if t["kept"]]

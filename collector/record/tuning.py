@@ -191,10 +191,8 @@ class LiveTuner(Restarts):
             run_id, policy = self._run_id(), self.policy
             if self.advisor is not None and run_id is not None and policy.wants_proposal():
                 tried, correction, seen = sorted(policy.tried, key=repr), policy.correction(), policy.segments
-                ask = self.advisor.ask
-                ask(
-                    self.db, run_id, epoch, policy.current, tried, self.iterable, correction, seen, edges, self._fixed()
-                )
+                question = (self.db, run_id, epoch, policy.current, tried, self.iterable, correction, seen, edges)
+                self.advisor.ask(*question, fixed_threads=self._fixed(), missed=policy.missed)
             return trial is not None and not trial.kept
         except Exception as exc:  # noqa: BLE001 - the tuner's boundary
             self.fail(exc)
@@ -259,7 +257,9 @@ class LiveTuner(Restarts):
         elif policy.trials or policy.done:
             judged = [t for t in policy.trials if t.measured is not None]
             why = policy.done or (
-                f"{len(judged)} trials, none measured faster than its setting's noise" if judged else "no trial judged"
+                f"{len(judged)} trial{'s' * (len(judged) != 1)}, none measured faster than its setting's noise"
+                if judged
+                else "no trial judged"
             )
             text = f"tuned {self.label}: kept its own setting ({why})"
         if text is not None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import sys
 import threading
-from dataclasses import dataclass, field
+import weakref
+from dataclasses import dataclass
 from typing import Any
 
 from collector.tune.job import worth_tuning
@@ -47,76 +48,75 @@ class Entry:
     finished: bool = False
 
 
-@dataclass
 class Job:
-    """The tuners of one process: see NOTE [ One tuner for the job ]."""
+    """The tuners of one process, held weakly: see NOTE [ One tuner for the job ]."""
 
-    entries: dict[int, Entry] = field(default_factory=dict)  # id(tuner) -> its entry
-    trying: int | None = None  # id of the tuner whose trial is in force
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    def __init__(self) -> None:
+        self._tuners: list[weakref.ref[Any]] = []  # in the order they joined
+        self._trying: weakref.ref[Any] | None = None  # the tuner whose trial is in force
+        self.lock = threading.Lock()
+
+    def _live(self) -> list[Any]:
+        return [t for t in (r() for r in self._tuners) if hasattr(t, "job")]
+
+    def _entries(self) -> list[Entry]:
+        return [t.job for t in self._live()]
 
     def join(self, tuner: Any, label: str) -> Entry:
+        """``tuner`` is one of the job's; its entry (``tuner.job``)."""
         with self.lock:
-            if all(e.finished for e in self.entries.values()):
-                self.entries.clear()  # a new job in the same process (a test, a second fit())
-            entry = self.entries[id(tuner)] = Entry(label)
-            return entry
+            if all(e.finished for e in self._entries()):
+                self._tuners = []  # a new job in the same process (a test, a second fit())
+            self._tuners.append(weakref.ref(tuner))
+            return Entry(label)
 
-    def measured(self, tuner: Any, seconds: float, batches: int) -> None:
+    @staticmethod
+    def measured(tuner: Any, seconds: float, batches: int) -> None:
         """A whole epoch of ``tuner``'s loader ended: its seconds count in the job's loader time."""
-        entry = self.entries.get(id(tuner))
-        if entry is not None:
-            entry.epoch_s, entry.batches = seconds, batches
+        tuner.job.epoch_s, tuner.job.batches = seconds, batches
 
     def share(self, tuner: Any) -> float | None:
         """``tuner``'s loader's share of the job's loader time, from each loader's newest epoch; None until known."""
-        mine = self.entries.get(id(tuner))
-        if mine is None or mine.epoch_s is None:
-            return None
-        total = sum(e.epoch_s for e in self.entries.values() if e.epoch_s is not None and not e.finished)
-        return mine.epoch_s / total if total > 0 else None
+        mine = tuner.job.epoch_s
+        total = sum(e.epoch_s for e in self._entries() if e.epoch_s is not None and not e.finished)
+        return None if mine is None or total <= 0 else mine / total
 
     def worth_tuning(self, tuner: Any) -> str | None:
         """None where ``tuner``'s loader may be tuned; else why it is left at its setting."""
-        entry = self.entries.get(id(tuner))
-        if entry is None or entry.batches is None:
-            return None
-        return worth_tuning(entry.batches, self.share(tuner))
+        batches = tuner.job.batches
+        return None if batches is None else worth_tuning(batches, self.share(tuner))
 
     def may_try(self, tuner: Any) -> bool:
         """Whether ``tuner`` may start a trial now (no other loader's is in force); if so, it holds the turn."""
         with self.lock:
-            if self.trying not in (None, id(tuner)):
+            holder = None if self._trying is None else self._trying()
+            if holder is not None and holder is not tuner and not holder.job.finished:
                 return False
-            self.trying = id(tuner)
+            self._trying = weakref.ref(tuner)
             return True
 
     def tried(self, tuner: Any) -> None:
         """``tuner``'s trial is judged or abandoned: another loader may start one."""
         with self.lock:
-            if self.trying == id(tuner):
-                self.trying = None
+            if self._trying is not None and self._trying() is tuner:
+                self._trying = None
 
     def owns_threads(self, tuner: Any) -> bool:
-        """Whether ``tuner``'s candidates may change torch's threads: its loader is the job's costliest."""
-        mine = self.entries.get(id(tuner))
-        if mine is None:
-            return False
-        rivals = [e.epoch_s or 0.0 for k, e in self.entries.items() if k != id(tuner) and not e.left]
-        return not rivals or (mine.epoch_s or 0.0) >= max(rivals)
+        """Whether ``tuner`` sets torch's threads: its loader is the job's costliest tuned one (first joined on a tie)."""
+        rivals = [t for t in self._live() if not t.job.left and not t.job.finished]
+        if tuner not in rivals:
+            return not rivals and not tuner.job.left
+        return max(rivals, key=lambda t: (t.job.epoch_s or 0.0, -rivals.index(t))) is tuner
 
     def finish(self, tuner: Any) -> str | None:
         """``tuner``'s run ended; the job's line once every tuned loader has, where more than one was tuned."""
+        self.tried(tuner)
         with self.lock:
-            entry = self.entries.get(id(tuner))
-            if entry is None:
+            tuner.job.finished = True
+            entries = self._entries()
+            if len(entries) < 2 or not all(e.finished for e in entries):
                 return None
-            entry.finished = True
-            if self.trying == id(tuner):
-                self.trying = None
-            if len(self.entries) < 2 or not all(e.finished for e in self.entries.values()):
-                return None
-            return job_line(list(self.entries.values()))
+            return job_line(entries)
 
 
 def job_line(entries: list[Entry]) -> str | None:

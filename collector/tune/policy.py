@@ -143,7 +143,7 @@ class Policy:
             return self.current, None
         if proposal is None or proposal.baseline != self.current or proposal.setting in self.tried:
             return self.current, None
-        proposal = dataclasses.replace(proposal, correction=self.correction())
+        proposal = dataclasses.replace(proposal, correction=1.0 if proposal.between else self.correction())
         if proposal.corrected(proposal.predicted) <= 1.0 + self.noise(self.current, not settled_by(proposal.seen)):
             if settled_by(proposal.seen):
                 self.done = (
@@ -166,6 +166,12 @@ class Policy:
             return 1.0
         measured = sum(t.measured - 1.0 for t in judged if t.measured is not None)
         return min(MAX_CORRECTION, max(MIN_CORRECTION, measured / predicted))
+
+    @property
+    def missed(self) -> Setting | None:
+        """The last trial's setting where it measured no gain and none was kept after it (NOTE [ After a miss ])."""
+        last = self.trials[-1] if self.trials else None
+        return None if last is None or last.kept or last.measured is None else last.setting
 
     def nothing_pays(self, answer: NothingPays) -> None:
         """The model found no untried setting above 1.0: tuning ends with the current setting, once settled."""
