@@ -172,3 +172,16 @@ def test_another_programs_runs_are_not_in_the_report(tmp_path: Path, capsys: pyt
     conn.close()
     assert main(["report", path, "--json"]) == 0
     assert [x["name"] for x in json.loads(capsys.readouterr().out)["loaders"]] == ["val"]
+
+
+def test_a_run_without_a_process_id_is_its_own_program(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import sqlite3
+
+    path = str(tmp_path / "no-pid.sqlite")
+    _program(path)
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE runs SET pid = NULL")
+    conn.commit()
+    conn.close()
+    assert main(["report", path, "--json"]) == 0
+    assert [x["name"] for x in json.loads(capsys.readouterr().out)["loaders"]] == ["val"]

@@ -45,6 +45,8 @@ def program_runs(runs: pd.DataFrame, info: Mapping[str, Any]) -> pd.DataFrame:
         mine = runs[[(t or {}).get("launch") == launch for t in runs["tags"]]]
     else:
         mine = runs[(runs["hostname"] == info.get("hostname")) & (runs["pid"] == info.get("pid"))]
+    if mine.empty:  # no pid or host recorded: the latest run stands alone
+        mine = runs[runs["id"] == info.get("id")]
     mine = mine.sort_values("id")
     kept, seen = [], set()
     for _, row in mine.iterrows():
