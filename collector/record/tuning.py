@@ -42,6 +42,7 @@ class LiveTuner(Restarts):
         run_id: Any,
         label: str = "the loader",
         warn: Callable[[str, str], None] | None = None,
+        note: Callable[[str, str], None] | None = None,
     ) -> None:
         self.loader = loader
         self.shared = shared
@@ -49,15 +50,16 @@ class LiveTuner(Restarts):
         self._run_id = run_id  # () -> the run's id once the monitor has created it, else None
         self.label = label  # the run's name and where watch() was called
         self._warn = warn or (lambda key, message: None)  # the monitor's: warned once, stored with the run
+        self._note = note or (lambda key, message: None)  # the monitor's: stored with the run's warnings
         self.failed: str | None = None
         self.advisor: Advisor | None = None
         target = target_of(loader)
         self.iterable = getattr(target, "_dataset_kind", 0) == 1  # torch's _DatasetKind.Iterable
         self.policy = Policy(start=setting_of(target), every=every, fixed_workers=self.iterable)
-        self.notes: list[str] = []
         if self.iterable:
-            self.notes.append(
-                "an IterableDataset shards its data by worker, so the tuner never changes num_workers here"
+            self._note(
+                "tuning-iterable",
+                "an IterableDataset shards its data by worker, so the tuner never changes num_workers here",
             )
         self.kind = None if self.iterable else windows.route(target)  # NOTE [ Windows of a long epoch ]
         self.long = False  # an epoch ran past LONG_EPOCH_S: the next are tuned in windows from their start
@@ -146,7 +148,7 @@ class LiveTuner(Restarts):
         """This loader stays at its setting for the rest of the run (NOTE [ One tuner for the job ])."""
         self.policy.done = f"left at its setting: {why}"
         self.job.left = why
-        self.notes.append(f"left at its setting: {why}")
+        self._note("tuning-left", f"live tuning left this loader at its setting: {why}")
         self.close_advisor()
 
     def ended(self, event: EpochEnded, wall_now: float) -> None:
