@@ -83,6 +83,11 @@ class LiveTuner(Restarts):
         try:
             if self.failed is None:
                 self._sync_threads()
+                self._length[epoch] = length = _length(target_of(self.loader))
+                self.job.batches = self.job.batches or length  # len() until an epoch is measured
+                left = JOB.worth_tuning(self) if self.policy.done is None and self.policy.trying is None else None
+                if left is not None:
+                    self.leave(left)  # before its helper starts: NOTE [ One tuner for the job ]
                 if self.advisor is None and self.policy.done is None:
                     self.advisor = Advisor()
                     if self.advisor.pid is not None:
@@ -90,7 +95,6 @@ class LiveTuner(Restarts):
                 setting, trial = self._choose(mid_epoch=False)
                 self._apply(setting)
                 self._running[epoch] = (t_start_ns, wall_now, process_ns(os.getpid()))
-                self._length[epoch] = _length(target_of(self.loader))
             self.seeds.before_iter(epoch)  # tuned or failed, the user's samples (NOTE [ The same samples ])
         except Exception as exc:  # noqa: BLE001 - the tuner's boundary: never an exception in the loop
             if self.failed is None:
@@ -112,13 +116,8 @@ class LiveTuner(Restarts):
             self.policy.nothing_pays(answer)
         proposal = answer if isinstance(answer, Proposal) else self._held
         self._held = None
-        if proposal is not None and self.policy.trying is None and self.policy.done is None:
-            left = JOB.worth_tuning(self)
-            if left is not None:
-                self.leave(left)
-                proposal = None
-            elif not JOB.may_try(self):  # another loader's trial is in force: NOTE [ One tuner for the job ]
-                self._held, proposal = proposal, None
+        if proposal is not None and self.policy.trying is None and self.policy.done is None and not JOB.may_try(self):
+            self._held, proposal = proposal, None  # another loader's trial is in force: NOTE [ One tuner for the job ]
         if mid_epoch and proposal is not None and not restartable(self.kind, self.running, proposal.setting):
             self._held, proposal = proposal, None
         chosen = self.policy.next_setting(proposal)
