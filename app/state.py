@@ -10,7 +10,8 @@ import pandas as pd
 import streamlit as st
 
 from app import diagnosis
-from app.data import CompareData, RunViewData, encode_table, load_compare, load_run_view, load_runs_table
+from app.compare_data import CompareData, load_compare
+from app.data import RunViewData, encode_table, load_run_view, load_runs_table
 from app.settings import default_db
 from collector.diagnosis.report_types import Report
 from collector.errors import StallwatchError
