@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
+import warnings
 from pathlib import Path
 
 import pytest
@@ -14,9 +16,10 @@ from app.compare_data import load_compare
 from app.data import load_run_view, load_runs_table
 from collector.cli import main
 from collector.diagnosis import diagnose, diagnose_job
-from collector.errors import DamagedRun, NotAStallwatchFile, QueryTooSlow
+from collector.errors import CollectorWarning, DamagedRun, NotAStallwatchFile, QueryTooSlow
 from collector.export.metrics import StallwatchCollector, families
 from collector.export.sources import Exporter, Refresh
+from collector.store import file_checks
 from collector.store.merge import merge_files
 from collector.store.reader import Reader
 
@@ -106,7 +109,7 @@ def test_a_table_replaced_by_an_endless_view_is_refused_at_open(recorded_db, tmp
 def test_every_query_stops_at_the_readers_time_limit(recorded_db):
     reader = Reader(recorded_db, query_limit_s=0.2)
     endless = "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) SELECT COUNT(*) FROM r"
-    with pytest.raises(QueryTooSlow, match="ran past 0.2 s"):
+    with pytest.raises(QueryTooSlow, match=r"ran past 0\.2 s"):
         reader.scalar(endless)
     assert len(reader.runs()) == 2  # the next query has its own limit
 
@@ -186,3 +189,28 @@ def test_a_merge_stopped_after_its_first_input_leaves_no_output_and_no_new_file(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.sqlite", "b.sqlite"]
     merge_files(out, [a, b])
     assert len(Reader(out).runs()) == 4
+
+
+def mounts_file(directory: Path, kind: str) -> str:
+    """A /proc/mounts where ``directory`` is its own mount of filesystem type ``kind``."""
+    path = directory / "mounts"
+    path.write_text(
+        "/dev/sda1 / ext4 rw,relatime 0 0\n"
+        f"server:/export {os.path.realpath(directory)} {kind} rw,vers=4.2 0 0\n"
+        "tmpfs /dev/shm tmpfs rw 0 0\n"
+    )
+    return str(path)
+
+
+@pytest.mark.parametrize(("kind", "warned"), [("nfs4", True), ("lustre", True), ("fuse.sshfs", True), ("ext4", False)])
+def test_a_file_on_a_network_filesystem_gets_one_warning_at_open(recorded_db, tmp_path, monkeypatch, kind, warned):
+    monkeypatch.setattr(file_checks, "MOUNTS", mounts_file(tmp_path, kind))
+    path = damaged_copy(recorded_db, tmp_path, "SELECT 1", f"on-{kind}.sqlite")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        Reader(path)
+        Reader(path)
+    said = [str(w.message) for w in caught if issubclass(w.category, CollectorWarning)]
+    assert len(said) == (1 if warned else 0)
+    if warned:
+        assert f"network filesystem ({kind})" in said[0] and "local disk" in said[0]

@@ -29,6 +29,7 @@ TABLES = (
 NETWORK_FILESYSTEMS = frozenset(
     ("nfs", "nfs4", "lustre", "cifs", "smb3", "smbfs", "ceph", "fuse.sshfs", "gpfs", "beegfs", "fuse.glusterfs")
 )
+MOUNTS = "/proc/mounts"  # where the mounted filesystems and their types are listed (tests hand a fixture)
 
 
 def check_tables(conn: sqlite3.Connection, path: str) -> None:
@@ -59,10 +60,10 @@ def version_of(raw: object, path: str) -> int:
     return text
 
 
-def filesystem_of(path: str, mounts: str = "/proc/mounts") -> str | None:
+def filesystem_of(path: str, mounts: str | None = None) -> str | None:
     """The type of the filesystem holding ``path`` (the longest mount point above it), None where unknown."""
     try:
-        with open(mounts, encoding="utf-8", errors="replace") as handle:
+        with open(mounts or MOUNTS, encoding="utf-8", errors="replace") as handle:
             lines = handle.read().splitlines()
     except OSError:
         return None
@@ -79,7 +80,7 @@ def filesystem_of(path: str, mounts: str = "/proc/mounts") -> str | None:
     return kind
 
 
-def network_warning(path: str, mounts: str = "/proc/mounts") -> str | None:
+def network_warning(path: str, mounts: str | None = None) -> str | None:
     """One line when ``path`` is on a network filesystem, where SQLite's locking is not safe; else None."""
     kind = filesystem_of(path, mounts)
     if kind is None or (kind not in NETWORK_FILESYSTEMS and not kind.startswith("nfs")):
