@@ -252,7 +252,7 @@ def load_runs_table(reader: Reader) -> pd.DataFrame:
     if runs.empty:
         return runs
     totals = reader.run_totals().set_index("run_id")
-    runs["batches"] = [int(totals["batches"].get(i, 0)) for i in runs["id"]]
+    runs["batches"] = [int(np.nan_to_num(totals["batches"].get(i, 0))) for i in runs["id"]]
     rates: list[float | None] = []
     waits: list[float | None] = []
     for run_id in runs["id"]:

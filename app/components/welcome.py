@@ -7,6 +7,7 @@ import os
 import streamlit as st
 
 from app import demo_launcher, state
+from app.plain import md
 from app.settings import DEFAULT_DB, demo_db_for
 from collector.store.reader import Reader
 
@@ -26,7 +27,7 @@ def reader_or_welcome(path: str) -> Reader | None:
         try:
             has_runs = not state.run_list(path).empty
         except Exception as exc:  # noqa: BLE001 - a file that breaks mid-read gets a message, not a traceback
-            st.error(f"{path} cannot be read: {exc}", icon=":material/error:")
+            st.error(md(f"{path} cannot be read: {exc}"), icon=":material/error:")
             return None
         if has_runs:
             return reader
@@ -35,7 +36,7 @@ def reader_or_welcome(path: str) -> Reader | None:
     if not os.path.exists(path):
         welcome(path, f"Nothing recorded yet: there is no `{path}` here.")
         return None
-    st.error(f"**This file cannot be shown.** {reader}", icon=":material/error:")
+    st.error(f"**This file cannot be shown.** {md(reader)}", icon=":material/error:")
     st.caption("Nothing was written to it. Open another file in the sidebar, or record a run into a new one.")
     return None
 

@@ -11,6 +11,7 @@ from app import state
 from app.charts.ranks import rank_wait_figure
 from app.components import welcome
 from app.diagnosis import Unavailable
+from app.plain import md
 from app.views.job import open_job, switch_if_asked
 from collector.diagnosis.text import WAITING_DEFINITION
 
@@ -44,6 +45,8 @@ def page() -> None:
             "configuration": st.column_config.TextColumn(width="large"),
         },
     )
+    for line in runs["damage"].dropna() if "damage" in runs else ():  # NOTE [ Values from a file ]
+        st.caption(f":material/report: {md(line)}: the run is listed, its pages say what cannot be read")
     _jobs(path, runs)
     labels = {int(r["id"]): f"{r['name']} (#{r['id']}, {r['state']})" for r in runs.to_dict("records")}
     open_col, compare_col = st.columns(2, gap="large", vertical_alignment="bottom")

@@ -153,15 +153,18 @@ class Reader:
         ``damage`` is one line naming a run's values no stallwatch writes (those read as NULL), else None;
         a row whose id is not a positive integer is left out (no other table can refer to it).
         """
-        raw = self.frame("SELECT * FROM runs ORDER BY id DESC", unchecked=True)
+        with self.connect() as conn:
+            conn.row_factory = None  # each row checked alone, as stored (no pandas conversion in between)
+            cur = conn.execute("SELECT * FROM runs ORDER BY id DESC")
+            columns = [d[0] for d in cur.description]
+            stored = cur.fetchall()
         rows, damage = [], []
-        for row in raw.to_dict("records"):
-            if not (type(row.get("id")) is int and row["id"] > 0):
-                continue
-            said, fixed = checked.run_damage({k: _plain(v) for k, v in row.items()})
-            rows.append(fixed)
-            damage.append(said)
-        df = pd.DataFrame.from_records(rows, columns=list(raw.columns))
+        for values in stored:
+            said, fixed = checked.run_damage(dict(zip(columns, values, strict=True)))
+            if type(fixed.get("id")) is int and fixed["id"] > 0:
+                rows.append(fixed)
+                damage.append(said)
+        df = pd.DataFrame.from_records(rows, columns=columns)
         df["damage"] = pd.Series(damage, index=df.index, dtype=object)
         for column, default in RUN_DEFAULTS.items():  # an older file: NOTE [ Schema versions ]
             if column not in df.columns:
