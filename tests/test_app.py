@@ -340,7 +340,10 @@ def st_cache_clear() -> None:
     st.cache_data.clear()
 
 
-def test_sidebar_opens_another_file(app_for: AppFor, recorded_db: str, odd_runs_db: str) -> None:
+def test_sidebar_opens_another_file(
+    app_for: AppFor, recorded_db: str, odd_runs_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(Path(odd_runs_db).parents[1])  # the dashboard opens files under its folder
     at = app_for(recorded_db)
     assert [t.value for t in at.title] == ["demo-healthy"]
     at.sidebar.text_input[0].set_value(odd_runs_db).run()

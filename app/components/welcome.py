@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import streamlit as st
 
 from app import demo_launcher, state
 from app.plain import md
-from app.settings import DEFAULT_DB, demo_db_for
+from app.settings import DEFAULT_DB, default_db, demo_db_for
 from collector.store.reader import Reader
 
 DEMO_KEY = "sw_demo"  # (pid, db, log) of the demo this session started
@@ -58,7 +59,7 @@ def welcome(path: str, reason: str) -> None:
             f"Starts a real {seconds:g}-second CPU training loop whose DataLoader is starved (`num_workers=0` over "
             "slow storage), records it, and shows it here live with its diagnosis."
         )
-        demo_db = demo_db_for(path)
+        demo_db = demo_db_for(default_db(sys.argv[1:], os.environ))  # NOTE [ What the dashboard opens ]
         if st.button("Start the demo", type="primary", icon=":material/play_arrow:", key="sw_start_demo"):
             process, log = demo_launcher.start_demo(demo_db)
             st.session_state[DEMO_KEY] = {"pid": process.pid, "db": demo_db, "log": log, "process": process}
