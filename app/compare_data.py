@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from app.data import busy_curve, load_run_view
-from collector.errors import DamagedRun
+from collector.errors import StallwatchError
 from collector.store.reader import Reader
 
 
@@ -27,7 +27,7 @@ def load_compare(reader: Reader, run_ids: list[int], buckets: int = 600) -> Comp
     for run_id in run_ids:
         try:
             data = load_run_view(reader, run_id, None, buckets)
-        except DamagedRun as exc:  # that run's problem: the others are compared
+        except StallwatchError as exc:  # that run's problem (damaged, or gone): the others are compared
             damaged.append(str(exc))
             continue
         label = f"{data.run['name']} (#{run_id})"

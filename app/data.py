@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,6 +11,7 @@ import pandas as pd
 
 from collector.errors import DamagedRun
 from collector.store import series
+from collector.store.checked import number_list
 from collector.store.reader import Reader
 
 HEATMAP_COLUMNS = 600  # time columns in the per-core CPU heatmap
@@ -181,7 +181,7 @@ def _reduce_host(rows: pd.DataFrame, t0: float, t1: float) -> tuple[pd.DataFrame
     """Per-core CPU as a (time x core) frame, max per bucket, at most ``HEATMAP_COLUMNS`` rows."""
     if rows.empty:
         return pd.DataFrame({"ts": []}), pd.DataFrame({"ts": [], "mem_available_bytes": []})
-    cores = [json.loads(v) if v else [] for v in rows["per_core_pct"]]
+    cores = [number_list(v, "per_core_pct") for v in rows["per_core_pct"]]
     width = max((len(c) for c in cores), default=0)
     matrix = np.full((len(cores), width), np.nan)
     for i, values in enumerate(cores):

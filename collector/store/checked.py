@@ -211,9 +211,9 @@ def number_list(text: str | None, column: str) -> list[float]:
     try:
         values = json.loads(text)
     except ValueError:
-        raise DamagedRun(f"{column} holds {text[:40]!r}, not a JSON list") from None
+        raise DamagedRun(f"{column} holds {_shown(text)}, not a JSON list") from None
     if not isinstance(values, list) or len(values) > 1 << 16 or not all(is_number(v) for v in values):
-        raise DamagedRun(f"{column} holds {text[:40]!r}, not a list of numbers")
+        raise DamagedRun(f"{column} holds {_shown(text)}, not a list of numbers")
     return values
 
 
@@ -221,5 +221,25 @@ def pid_list(text: str | None) -> list[int]:
     """epochs.worker_pids: a JSON list of integers (at most MAX_WORKERS), or DamagedRun."""
     values = number_list(text, "worker_pids")
     if len(values) > MAX_WORKERS or not all(type(v) is int for v in values):
-        raise DamagedRun(f"worker_pids holds {text[:40]!r}, not a list of process ids")
+        raise DamagedRun(f"worker_pids holds {_shown(text)}, not a list of process ids")
     return [int(v) for v in values]
+
+
+def json_object(text: object, column: str) -> dict[str, Any] | None:
+    """A JSON object column (epochs.setting, trials.setting): the object, None for NULL, else DamagedRun."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise DamagedRun(f"{column} holds {_shown(text)}, not a JSON object")
+    return value
+
+
+def json_objects(values: Any, column: str, *, required: bool = False) -> None:
+    """DamagedRun unless each value is a JSON object (or NULL, where not ``required``)."""
+    for value in values:
+        if json_object(value, column) is None and required:
+            raise DamagedRun(f"{column} is missing")

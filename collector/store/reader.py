@@ -233,6 +233,7 @@ class Reader:
     def epochs(self, run_id: int) -> pd.DataFrame:
         df = self.frame("SELECT * FROM epochs WHERE run_id = ? ORDER BY epoch", (run_id,))
         df["worker_pids"] = [checked.pid_list(v) for v in df["worker_pids"]]
+        checked.json_objects(df.get("setting", ()), "epochs.setting")  # decoded by tuned.py
         if len(df) and not df["batches"].dropna().between(0, checked.MAX_EPOCH_BATCHES).all():
             raise DamagedRun(f"epochs.batches holds a count past {checked.MAX_EPOCH_BATCHES} (or below 0)")
         for column in ("end_wait_s", "collector_s"):  # an older file: NOTE [ Schema versions ]
@@ -254,7 +255,9 @@ class Reader:
         columns = ["run_id", *TRIAL_COLUMNS]
         if not self.scalar("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'trials'"):
             return pd.DataFrame(columns=columns)
-        return self.frame("SELECT * FROM trials WHERE run_id = ? ORDER BY epoch, start_idx", (run_id,))
+        df = self.frame("SELECT * FROM trials WHERE run_id = ? ORDER BY epoch, start_idx", (run_id,))
+        checked.json_objects([*df["setting"], *df["baseline"]], "trials.setting", required=True)
+        return df
 
     def worker_fetches(self, run_id: int, since_ts: float | None = None) -> pd.DataFrame:
         where, params = _since("f", run_id, since_ts, ts_column="started_at")
@@ -284,9 +287,12 @@ def _json(value: Any, empty: Any) -> Any:
     if not isinstance(value, str) or not value:
         return empty
     try:
-        return json.loads(value)
+        decoded = json.loads(value)
     except ValueError:
+        decoded = None
+    if type(decoded) is not type(empty):  # damaged: NOTE [ Values from a file ]
         return [f"unreadable: {value}"] if isinstance(empty, list) else {"unreadable": value}
+    return decoded
 
 
 def _since(alias: str, run_id: int, since_ts: float | None, ts_column: str = "ts") -> tuple[str, tuple[Any, ...]]:
