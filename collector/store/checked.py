@@ -206,7 +206,7 @@ def numbers_only(df: pd.DataFrame) -> pd.DataFrame:
 
 def number_list(text: str | None, column: str) -> list[float]:
     """A JSON list of numbers (per_core_pct), or DamagedRun."""
-    if not text:
+    if text is None or text != text or text == "":  # NULL (pandas reads it NaN beside text)
         return []
     try:
         values = json.loads(text)
