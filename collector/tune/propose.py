@@ -11,7 +11,7 @@ import pandas as pd
 
 from collector.diagnosis import rules_memory
 from collector.diagnosis.build import build_model, parallel_share_between
-from collector.diagnosis.choose import MAX_CANDIDATE_WORKERS, candidates, choose, predict
+from collector.diagnosis.choose import candidates, choose, predict
 from collector.diagnosis.data import RunData, load_run
 from collector.diagnosis.model import EpochModel, Setting
 from collector.diagnosis.stats import measure
@@ -60,6 +60,27 @@ SHARED_WORKERS_PER_CORE = 2  # beside others' load: the articles' most, "1-2x ph
 # the report does.
 
 
+# NOTE [ After a miss ]
+# A trial that measured no gain says where the model is wrong, not that
+# nothing pays: on the course pipeline's light class (2 cores, from no
+# workers) the first trial, 8 persistent workers predicted 1.33x, measured
+# 0.80x; the correction then scaled every gain by a third, nothing cleared
+# the noise, and the 2 persistent workers on 1 thread that measure 1.25x
+# were never tried. So after a miss the next candidates come from what was
+# measured: the settings between the current one and the missed one (fewer
+# workers than the trial's, on either thread count, persistent or not),
+# ranked by the models of every measured setting (NOTE [ Seen from every
+# measured setting ]) with no correction (``between``), since both ends of
+# that span are measurements of this job; a trial there still has to
+# measure faster than the current setting's noise to be kept. Where none
+# lies between, the corrected model ranks everything, as before.
+# And no first trial goes far beyond the cores without evidence: CPU-bound
+# loading on a quiet machine may try SHARED_WORKERS_PER_CORE a physical
+# core, or twice the workers the job already runs ("raise while watching
+# until it plateaus", ../shared/SOURCES.md), so more workers come a step at
+# a time, each step measured.
+
+
 def propose(
     db: str,
     run_id: int,
@@ -67,6 +88,8 @@ def propose(
     tried: list[Setting],
     *,
     fixed_workers: bool,
+    fixed_threads: bool = False,
+    missed: Setting | None = None,
     epoch: int | None = None,
     correction: float = 1.0,
     edges: list[list[float]] | None = None,
@@ -111,11 +134,14 @@ def propose(
     allowed = [
         s
         for s in tuner_candidates(model, threads=most_threads, physical_cores=facts.physical_cores)
-        if s not in done and not (fixed_workers and s.num_workers != current.num_workers)
+        if s not in done
+        and not (fixed_workers and s.num_workers != current.num_workers)
+        and not (fixed_threads and s.threads != current.threads)
     ]
     if not allowed:
         return {"none": "every setting worth trying was tried"}
-    ranked, _ = choose(steered(model, correction, vantages), [current, *allowed])
+    between = [s for s in allowed if missed is not None and _between(s, current, missed)]  # NOTE [ After a miss ]
+    ranked, _ = choose(steered(model, 1.0 if between else correction, vantages), [current, *(between or allowed)])
     chosen = predict(steered(model, 1.0, vantages), ranked.setting)  # uncorrected: the policy corrects it
     if chosen.setting == current or not chosen.changes or chosen.speedup <= 1.0:
         return {"none": f"no untried setting is predicted to beat the current one (best {ranked.speedup:.2f}x)"}
@@ -125,7 +151,14 @@ def propose(
         "predicted": chosen.speedup,
         "low": chosen.low,
         "high": chosen.high,
+        "between": bool(between),
     }
+
+
+def _between(setting: Setting, current: Setting, missed: Setting) -> bool:
+    """A setting whose worker count lies from the current one's up to, not at, the missed trial's."""
+    low, high = sorted((current.num_workers, missed.num_workers))
+    return setting != current and low <= setting.num_workers <= high and setting.num_workers != missed.num_workers
 
 
 def with_edges(data: RunData, edges: list[list[float]]) -> RunData:
@@ -184,10 +217,12 @@ def tuner_candidates(model: EpochModel, threads: int | None = None, physical_cor
     see. The tuner measures before it keeps, so it may go past that cap,
     and keeps only what measures faster:
     - on a quiet machine (other processes kept under QUIET_CORES busy), up
-      to the count memory allows. bench/bench_tune.py's photo pipeline, its
-      persistent epochs of 8 batches, ran 0.93 s with 8 workers and 1.09 s
-      with 2 at 2 threads (4 interleaved rounds); the model played them at
-      0.91 s and 1.06 s, and the report, capped, never names the faster one;
+      to SHARED_WORKERS_PER_CORE a physical core or twice the workers the
+      job runs now, whichever is more, within what memory allows: a step at
+      a time (NOTE [ After a miss ]). bench/bench_tune.py's photo pipeline,
+      its persistent epochs of 8 batches, ran 0.93 s with 8 workers and
+      1.09 s with 2 at 2 threads (4 interleaved rounds): 4 are tried first,
+      8 once 4 measured faster; the report, capped, never names either;
     - beside other processes' load, up to SHARED_WORKERS_PER_CORE workers
       a physical core the job may use, the most of the articles' range
       (1-2x physical cores, "raise while watching until it plateaus"): each
@@ -212,7 +247,7 @@ def tuner_candidates(model: EpochModel, threads: int | None = None, physical_cor
     listed = candidates(model)
     own, top = model.recorded.num_workers, max(s.num_workers for s in listed)
     shared = SHARED_WORKERS_PER_CORE * int(min(physical_cores or model.cores, model.cores))  # of those it may use
-    ceiling = MAX_CANDIDATE_WORKERS if model.others_busy < QUIET_CORES else max(own, shared)
+    ceiling = max(shared, 2 * own) if model.others_busy < QUIET_CORES else max(own, shared)  # NOTE [ After a miss ]
     wider = set(range(top + 1, min(ceiling, model.max_workers) + 1))
     if top < own <= model.max_workers:
         wider.add(own)
