@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import subprocess
+import sys
 import threading
+import urllib.request
 import warnings
 from pathlib import Path
 
 import pytest
-from export_fixtures import bad_file
-from helpers import _copy, file_digest
+from export_fixtures import bad_file, free_port
+from helpers import REPO, _copy, file_digest
 
 from app.compare_data import load_compare
 from app.data import load_run_view, load_runs_table
@@ -214,3 +217,37 @@ def test_a_file_on_a_network_filesystem_gets_one_warning_at_open(recorded_db, tm
     assert len(said) == (1 if warned else 0)
     if warned:
         assert f"network filesystem ({kind})" in said[0] and "local disk" in said[0]
+
+
+@pytest.mark.slow
+def test_the_exporter_starts_beside_damaged_and_hostile_files_and_serves_the_rest(recorded_db, tmp_path):
+    damaged = damaged_copy(recorded_db, tmp_path, CORRUPTIONS["heartbeat as text"][0])
+    endless = damaged_copy(
+        recorded_db, tmp_path, "DROP TABLE gpu_samples; CREATE VIEW gpu_samples AS SELECT 1", "v.sqlite"
+    )
+    port = free_port()
+    command = [
+        sys.executable,
+        "-m",
+        "collector",
+        "exporter",
+        damaged,
+        endless,
+        "--port",
+        str(port),
+        "--grace-s",
+        "1e10",
+    ]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as server:
+        try:
+            started = server.stdout.readline() if server.stdout else ""
+            assert started.startswith("stallwatch exporter: 1 run(s) from 1 file(s)"), started
+            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30).read().decode()
+        finally:
+            server.terminate()
+        told = server.communicate(timeout=30)[1]
+    assert 'stallwatch_batches_total{host="' in text and 'run="demo-healthy"' in text
+    assert 'run="demo-starved"' not in text
+    assert f'stallwatch_exporter_file_up{{file="{endless}"}} 0.0' in text
+    assert f"skipping a run of {damaged}: run 'demo-starved' (id 1)" in told and f"skipping {endless}" in told
