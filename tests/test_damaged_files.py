@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from export_fixtures import bad_file, free_port
-from helpers import REPO, _copy, file_digest
+from helpers import REPO, _copy, file_digest, texts
 
 from app.compare_data import load_compare
 from app.data import load_run_view, load_runs_table
@@ -251,3 +251,15 @@ def test_the_exporter_starts_beside_damaged_and_hostile_files_and_serves_the_res
     assert 'run="demo-starved"' not in text
     assert f'stallwatch_exporter_file_up{{file="{endless}"}} 0.0' in text
     assert f"skipping a run of {damaged}: run 'demo-starved' (id 1)" in told and f"skipping {endless}" in told
+
+
+@pytest.mark.parametrize("corruption", ["start at +inf", "a wait as text"])
+def test_the_dashboard_names_the_damaged_run_and_shows_the_other(recorded_db, tmp_path, app_for, corruption):
+    path = damaged_copy(recorded_db, tmp_path, CORRUPTIONS[corruption][0])
+    at = app_for(path, run_id=1)
+    assert not at.exception
+    assert "'demo-starved' (id 1)" in texts(at) and CORRUPTIONS[corruption][1].split("_")[0] in texts(at)
+    at = app_for(path, run_id=2)
+    assert not at.exception and not at.error and [t.value for t in at.title] == ["demo-healthy"]
+    at = app_for(path, "routes/runs.py")
+    assert not at.exception and len(at.dataframe[0].value) == 2
