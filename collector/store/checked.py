@@ -19,7 +19,8 @@ from collector.errors import DamagedRun, QueryTooSlow
 # reader takes nothing in it on trust. Every connection a reader opens
 # (Reader.connect: the report, the dashboard, compare, the job view, the
 # exporter) goes through this module:
-# - each row a query returns passes ``checked_row``: a column that holds a
+# - each frame a query returns passes ``checked_frame`` (numeric columns as
+#   arrays), each row the exporter reads on its connection ``checked_row``: a column that holds a
 #   number (every column but those in TEXT_COLUMNS) must hold an integer or a
 #   finite float of magnitude below MAX_MAGNITUDE, or NULL; a text column
 #   text or NULL. Anything else raises DamagedRun naming the column and the
@@ -112,6 +113,30 @@ def checked_row(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> tuple[Any, ...]
         elif not is_number(value):
             raise DamagedRun(f"{column} holds {_shown(value)}, not a number")
     return row
+
+
+def checked_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """``checked_row`` over a whole frame at once: numeric columns are checked as arrays, others value by value."""
+    for column in df.columns:
+        values = df[column]
+        kind = values.dtype.kind
+        if kind in "iuf":  # numbers, NULL read as NaN
+            array = values.to_numpy(dtype=float)
+            bad = ~np.isnan(array) & ~(np.abs(array) < MAX_MAGNITUDE)
+            if bad.any():
+                raise DamagedRun(f"{column} holds {_shown(array[bad][0])}, not a number")
+            if column in TEXT_COLUMNS and (~np.isnan(array)).any():
+                raise DamagedRun(f"{column} holds {_shown(array[~np.isnan(array)][0])}, not text")
+        else:  # text, or a column of mixed types (a damaged value among numbers)
+            text = column in TEXT_COLUMNS
+            for value in values:
+                if (
+                    value is None or value is pd.NA or (type(value) is float and value != value)
+                ):  # NULL, as pandas reads it
+                    continue
+                if not (isinstance(value, str) if text else is_number(value)):
+                    raise DamagedRun(f"{column} holds {_shown(value)}, not {'text' if text else 'a number'}")
+    return df
 
 
 def is_number(value: object) -> bool:

@@ -132,13 +132,12 @@ class Reader:
         return NotAStallwatchFile(f"{self.path} is not a readable stallwatch file: {text}")
 
     def frame(self, sql: str, params: Sequence[Any] = (), *, unchecked: bool = False) -> pd.DataFrame:
-        """The rows of ``sql``; ``unchecked`` skips the per-value check (the caller checks each row itself)."""
+        """The rows of ``sql``, checked as a whole; ``unchecked``: the caller checks each row itself."""
         with self.connect() as conn:
-            if unchecked:
-                conn.row_factory = None
+            conn.row_factory = None  # checked_frame checks the columns as arrays
             cur = conn.execute(sql, params)
-            columns = [d[0] for d in cur.description]
-            return pd.DataFrame.from_records(cur.fetchall(), columns=columns)
+            df = pd.DataFrame.from_records(cur.fetchall(), columns=[d[0] for d in cur.description])
+        return df if unchecked else checked.checked_frame(df)
 
     def scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
         with self.connect() as conn:
