@@ -20,10 +20,10 @@ from collector.errors import DamagedRun, QueryTooSlow
 # (Reader.connect: the report, the dashboard, compare, the job view, the
 # exporter) goes through this module:
 # - each frame a query returns passes ``checked_frame`` (numeric columns as
-#   arrays), each row the exporter reads on its connection ``checked_row``: a column that holds a
-#   number (every column but those in TEXT_COLUMNS) must hold an integer or a
-#   finite float of magnitude below MAX_MAGNITUDE, or NULL; a text column
-#   text or NULL. Anything else raises DamagedRun naming the column and the
+#   arrays), each row read straight off a connection (the exporter's)
+#   ``checked_row``: a column that holds a number (every column but those in
+#   TEXT_COLUMNS) must hold an integer or a finite float of magnitude below
+#   MAX_MAGNITUDE, or NULL; a text column text or NULL. Anything else raises DamagedRun naming the column and the
 #   value, and the caller that reads one run names the run (load_run,
 #   load_run_view, the exporter), so a damaged run is that run's error;
 # - the runs rows, read for every run at once, are checked row by row
