@@ -38,6 +38,7 @@ CORRUPTIONS = {
         "UPDATE runs SET config = json_set(config, '$.num_workers', 1000000000) WHERE id = 1",
         "num_workers",
     ),
+    "cores as text": ("UPDATE runs SET host = json_set(host, '$.logical_cores', 'many') WHERE id = 1", "logical_cores"),
     "a wait as text": ("UPDATE batches SET wait_s = 'slow' WHERE run_id = 1 AND idx = 3", "wait_s"),
     "a batch at +inf": ("UPDATE batches SET ts = 1e999 WHERE run_id = 1 AND idx = 5", "ts"),
     "a huge epoch": ("UPDATE epochs SET batches = 9000000000000000000 WHERE run_id = 1", "batches"),

@@ -93,6 +93,12 @@ RUN_COLUMNS: dict[str, tuple[str, float, float]] = {
 }
 RUN_TEXT = ("name", "hostname", "command", "job_id", "stage", "error", "first_error", "last_error")
 # config keys that size a loop or an allocation: (low, high)
+HOST_RANGES: dict[str, tuple[int, int]] = {  # host facts the model counts cores and memory with
+    "logical_cores": (1, 1 << 16),
+    "physical_cores": (1, 1 << 16),
+    "usable_cores": (1, 1 << 16),
+    "ram_bytes": (0, 1 << 60),
+}
 CONFIG_RANGES: dict[str, tuple[int, int]] = {
     "num_workers": (0, MAX_WORKERS),
     "prefetch_factor": (0, MAX_PREFETCH),
@@ -179,9 +185,9 @@ def run_damage(row: Mapping[str, Any]) -> tuple[str | None, dict[str, Any]]:
         if column in row and row[column] is not None and not isinstance(row[column], str):
             problems.append(f"{column} is {_shown(row[column])}, not text")
             fixed[column] = None
-    config = row.get("config")
-    if isinstance(config, str):
-        problems += config_damage(config)
+    for column, ranges in (("config", CONFIG_RANGES), ("host", HOST_RANGES)):
+        if isinstance(row.get(column), str):
+            problems += json_damage(row[column], column, ranges)
     rank, size = fixed.get("rank"), fixed.get("world_size")
     if rank is not None and size is not None and rank >= size:
         problems.append(f"rank {rank} is not below world_size {size}")
@@ -192,19 +198,21 @@ def run_damage(row: Mapping[str, Any]) -> tuple[str | None, dict[str, Any]]:
     return f"run {name!r} (id {row.get('id')}): {'; '.join(problems)}", fixed
 
 
-def config_damage(text: str) -> list[str]:
-    """What is wrong with a run's config JSON: a loader setting outside what any DataLoader takes."""
+def json_damage(text: str, column: str, ranges: dict[str, tuple[int, int]]) -> list[str]:
+    """What is wrong with a run's config or host JSON: a count outside what any machine or DataLoader has."""
     try:
-        config = json.loads(text)
+        decoded = json.loads(text)
     except ValueError:
         return []  # unreadable JSON reads as {"unreadable": text}: nothing in it sizes anything
-    if not isinstance(config, dict):
-        return [f"config is {_shown(config)}, not an object"]
+    if not isinstance(decoded, dict):
+        return [f"{column} is {_shown(decoded)}, not an object"]
     problems = []
-    for key, (low, high) in CONFIG_RANGES.items():
-        value = config.get(key)
+    for key, (low, high) in ranges.items():
+        value = decoded.get(key)
         if value is not None and not (type(value) is int and low <= value <= high):
-            problems.append(f"config {key} is {_shown(value)}, not an integer from {low} to {high}")
+            problems.append(f"{column} {key} is {_shown(value)}, not an integer from {low} to {high}")
+    if column == "host" and not isinstance(decoded.get("gpus", []), list):
+        problems.append(f"host gpus is {_shown(decoded['gpus'])}, not a list")
     return problems
 
 
