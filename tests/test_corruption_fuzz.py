@@ -39,6 +39,7 @@ VALUES = {
     "+inf": "1e999",
     "-inf": "-1e999",
     "huge": "9223372036854775807",
+    "large": "1000000000000000",  # below the magnitude any value may have: ranges and bounds hold it
     "negative": "-1",
     "blob": "x'00ff'",
     "fraction": "0.5",
