@@ -77,6 +77,7 @@ class Report:
     recommendation: Recommendation | None = None
     tuning: tuple[dict[str, Any], ...] = ()  # a tuned run's trials (collector/diagnosis/tuned.py)
     tuned: str | None = None  # the line a tuned run ended with: what the tuner kept, measured
+    loaders: tuple[dict[str, Any], ...] = ()  # a program's loaders, costliest first (collector.diagnosis.loaders)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON contract, in plain Python values (a numpy bool would print as the string "False")."""
@@ -96,6 +97,7 @@ class Report:
             else {**asdict(self.recommendation), "code_change": self.code_change()},
             "tuning": [dict(t) for t in self.tuning],
             "tuned": self.tuned,
+            "loaders": [dict(x) for x in self.loaders],
         }
 
     def code_change(self) -> str | None:

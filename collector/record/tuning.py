@@ -12,7 +12,7 @@ from typing import Any
 from collector.errors import CollectorWarning
 from collector.record import windows
 from collector.record.handover import EpochEnded, Shared
-from collector.record.loader_setting import apply, setting_of, target_of
+from collector.record.loader_setting import apply, setting_of, target_of, watched_by_sigchld
 from collector.record.seed_stream import SeedStream
 from collector.record.tuning_job import JOB, say
 from collector.record.tuning_windows import Restarts
@@ -42,6 +42,7 @@ class LiveTuner(Restarts):
         run_id: Any,
         label: str = "the loader",
         warn: Callable[[str, str], None] | None = None,
+        note: Callable[[str, str], None] | None = None,
     ) -> None:
         self.loader = loader
         self.shared = shared
@@ -49,15 +50,16 @@ class LiveTuner(Restarts):
         self._run_id = run_id  # () -> the run's id once the monitor has created it, else None
         self.label = label  # the run's name and where watch() was called
         self._warn = warn or (lambda key, message: None)  # the monitor's: warned once, stored with the run
+        self._note = note or (lambda key, message: None)  # the monitor's: stored with the run's warnings
         self.failed: str | None = None
         self.advisor: Advisor | None = None
         target = target_of(loader)
         self.iterable = getattr(target, "_dataset_kind", 0) == 1  # torch's _DatasetKind.Iterable
         self.policy = Policy(start=setting_of(target), every=every, fixed_workers=self.iterable)
-        self.notes: list[str] = []
         if self.iterable:
-            self.notes.append(
-                "an IterableDataset shards its data by worker, so the tuner never changes num_workers here"
+            self._note(
+                "tuning-iterable",
+                "an IterableDataset shards its data by worker, so the tuner never changes num_workers here",
             )
         self.kind = None if self.iterable else windows.route(target)  # NOTE [ Windows of a long epoch ]
         self.long = False  # an epoch ran past LONG_EPOCH_S: the next are tuned in windows from their start
@@ -70,7 +72,7 @@ class LiveTuner(Restarts):
         # epoch -> (segment start ns, wall start, this process's CPU then: NOTE [ The first question ] in propose.py)
         self._running: dict[int, tuple[int, float, tuple[int, int] | None]] = {}
         self._length: dict[int, int | None] = {}  # epoch -> len(loader) at its start
-        self._last_batches: int | None = None  # the batches the loader's last whole epoch ended at
+        self._last_batches: int | None = None  # the batches the loader's epoch before ended at
         self._crossed: dict[int, tuple[int, int]] = {}  # epoch -> (batch, ns) of its last window boundary
 
     # -- the training thread ------------------------------------------------
@@ -146,7 +148,7 @@ class LiveTuner(Restarts):
         """This loader stays at its setting for the rest of the run (NOTE [ One tuner for the job ])."""
         self.policy.done = f"left at its setting: {why}"
         self.job.left = why
-        self.notes.append(f"left at its setting: {why}")
+        self._note("tuning-left", f"live tuning left this loader at its setting: {why}")
         self.close_advisor()
 
     def ended(self, event: EpochEnded, wall_now: float) -> None:
@@ -159,7 +161,6 @@ class LiveTuner(Restarts):
             if self.policy.trying is not None:
                 self.back(event.epoch, 0, f"its epoch ended after {event.batches} batches", warn=False)
             return
-        self._last_batches = event.batches
         t_start_ns, wall_start, cpu_start = running
         start_idx, t0_ns = self._crossed.pop(event.epoch, (0, t_start_ns))
         if event.batches <= start_idx:
@@ -188,6 +189,8 @@ class LiveTuner(Restarts):
             trial = self.policy.measured(segment, self.running)
             if trial is not None:
                 self.shared.trials.append(trial.row())
+                if trial.kept:  # its workers are the loader's own now: torch's SIGCHLD watch again
+                    watched_by_sigchld(target_of(self.loader).__dict__.get("_iterator"))
             run_id, policy = self._run_id(), self.policy
             if self.advisor is not None and run_id is not None and policy.wants_proposal():
                 tried, correction, seen = sorted(policy.tried, key=repr), policy.correction(), policy.segments
