@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -10,7 +9,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from collector.errors import DamagedRun
 from collector.store import series
+from collector.store.checked import number_list
 from collector.store.reader import Reader
 
 HEATMAP_COLUMNS = 600  # time columns in the per-core CPU heatmap
@@ -76,7 +77,22 @@ def load_run_view(
     ``span`` (seconds since the run started, as the charts' axis) picks a range instead.
     ``details=False`` leaves out what only the detail charts draw (histogram, workers, host, memory).
     """
-    run = reader.run(run_id)
+    run = reader.sound_run(run_id)
+    try:
+        return _load_view(reader, run, run_id, window_s, buckets, span, details)
+    except DamagedRun as exc:  # a value of one of its tables: NOTE [ Values from a file ]
+        raise DamagedRun(f"{reader.path}: run {run['name']!r} (id {run_id}): {exc}") from None
+
+
+def _load_view(
+    reader: Reader,
+    run: dict[str, Any],
+    run_id: int,
+    window_s: float | None,
+    buckets: int,
+    span: tuple[float, float] | None,
+    details: bool,
+) -> RunViewData:
     bounds = series.batch_bounds(reader, run_id)
     origin = float(run["started_at"])
     end = max(float(run.get("heartbeat_at") or origin), float(run.get("ended_at") or origin))
@@ -165,7 +181,7 @@ def _reduce_host(rows: pd.DataFrame, t0: float, t1: float) -> tuple[pd.DataFrame
     """Per-core CPU as a (time x core) frame, max per bucket, at most ``HEATMAP_COLUMNS`` rows."""
     if rows.empty:
         return pd.DataFrame({"ts": []}), pd.DataFrame({"ts": [], "mem_available_bytes": []})
-    cores = [json.loads(v) if v else [] for v in rows["per_core_pct"]]
+    cores = [number_list(v, "per_core_pct") for v in rows["per_core_pct"]]
     width = max((len(c) for c in cores), default=0)
     matrix = np.full((len(cores), width), np.nan)
     for i, values in enumerate(cores):
@@ -179,45 +195,6 @@ def _reduce_host(rows: pd.DataFrame, t0: float, t1: float) -> tuple[pd.DataFrame
     agg.update(ts="mean", mem_available_bytes="min")
     reduced = frame.groupby("bucket").agg(agg).reset_index(drop=True)
     return reduced.drop(columns="mem_available_bytes"), reduced[["ts", "mem_available_bytes"]]
-
-
-@dataclass(frozen=True)
-class CompareData:
-    """Several runs reduced for overlay: their rows in ``runs`` and long-format series."""
-
-    runs: pd.DataFrame  # one row per run: id, name, config, batches_per_s, wait_fraction, gpu_util_pct
-    curves: pd.DataFrame  # run, t (s since start), util_min, util_max, source ("gpu" | "loop")
-    progress: pd.DataFrame  # run, t, batches (cumulative)
-
-
-def load_compare(reader: Reader, run_ids: list[int], buckets: int = 600) -> CompareData:
-    """Reduced curves and totals of ``run_ids`` for the compare view."""
-    rows, curves, progress = [], [], []
-    for run_id in run_ids:
-        data = load_run_view(reader, run_id, None, buckets)
-        label = f"{data.run['name']} (#{run_id})"
-        h = data.headline
-        rows.append(
-            {
-                "id": run_id,
-                "run": label,
-                "config": data.run.get("config") or {},
-                "batches": h.batches,
-                "batches_per_s": h.batches_per_s,
-                "wait_fraction": h.wait_fraction,
-                "gpu_util_pct": h.gpu_util_pct,
-            }
-        )
-        util = busy_curve(data)
-        util["run"] = label
-        curves.append(util)
-        env = data.batches
-        progress.append(pd.DataFrame({"run": label, "t": env["t"] - data.origin, "batches": env["n"].cumsum()}))
-    return CompareData(
-        runs=pd.DataFrame(rows),
-        curves=pd.concat(curves, ignore_index=True) if curves else pd.DataFrame(),
-        progress=pd.concat(progress, ignore_index=True) if progress else pd.DataFrame(),
-    )
 
 
 def trend_width(data: RunViewData) -> float:
@@ -275,7 +252,7 @@ def load_runs_table(reader: Reader) -> pd.DataFrame:
     if runs.empty:
         return runs
     totals = reader.run_totals().set_index("run_id")
-    runs["batches"] = [int(totals["batches"].get(i, 0)) for i in runs["id"]]
+    runs["batches"] = [int(np.nan_to_num(totals["batches"].get(i, 0))) for i in runs["id"]]
     rates: list[float | None] = []
     waits: list[float | None] = []
     for run_id in runs["id"]:

@@ -7,6 +7,7 @@ from contextlib import contextmanager
 
 import streamlit as st
 
+from app.plain import md
 from collector.errors import StallwatchError
 
 
@@ -16,9 +17,9 @@ def page_boundary(path: str) -> Iterator[None]:
     try:
         yield
     except StallwatchError as exc:
-        st.error(str(exc), icon=":material/error:")
+        st.error(md(exc), icon=":material/error:")
     except Exception as exc:  # noqa: BLE001 - the boundary: never a traceback on the page
         st.error(
-            f"stallwatch could not show `{path}`: {type(exc).__name__}: {exc}. Nothing was written to the file.",
+            f"stallwatch could not show {md(path)}: {type(exc).__name__}: {md(exc)}. Nothing was written to the file.",
             icon=":material/error:",
         )

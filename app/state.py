@@ -10,8 +10,9 @@ import pandas as pd
 import streamlit as st
 
 from app import diagnosis
-from app.data import CompareData, RunViewData, encode_table, load_compare, load_run_view, load_runs_table
-from app.settings import default_db
+from app.compare_data import CompareData, load_compare
+from app.data import RunViewData, encode_table, load_run_view, load_runs_table
+from app.settings import default_db, refusal
 from collector.diagnosis.report_types import Report
 from collector.errors import StallwatchError
 from collector.store import job_queries
@@ -35,7 +36,16 @@ def take_run_from_url() -> None:
 
 
 def db_path() -> str:
-    return str(st.session_state.get(DB_KEY) or default_db(sys.argv[1:], os.environ))
+    """The sidebar's file where the dashboard may open it (NOTE [ What the dashboard opens ]), else the default."""
+    chosen = st.session_state.get(DB_KEY)
+    if chosen and refusal(str(chosen), sys.argv[1:], os.environ) is None:
+        return str(chosen)
+    return default_db(sys.argv[1:], os.environ)
+
+
+def may_open(path: str) -> str | None:
+    """None where the dashboard may open ``path``, else why not."""
+    return refusal(path, sys.argv[1:], os.environ)
 
 
 def _identity(path: str) -> tuple[int, int] | None:
@@ -54,6 +64,9 @@ def _reader(path: str, identity: tuple[int, int] | None) -> Reader:
 
 def open_reader(path: str) -> Reader | str:
     """The file's reader, or the message saying why it cannot be read (never raises)."""
+    refused = may_open(path)
+    if refused is not None:
+        return refused
     try:
         return _reader(path, _identity(path))
     except StallwatchError as exc:

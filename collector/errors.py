@@ -27,6 +27,14 @@ class UnknownRun(StallwatchError):
     """No run in the file matches the name or id asked for."""
 
 
+class DamagedRun(StallwatchError):
+    """A run of the file holds a value no stallwatch writes (a wrong type, NaN, infinity, an impossible count)."""
+
+
+class QueryTooSlow(StallwatchError):
+    """A query ran past the reader's time limit: a damaged or hand-edited file (NOTE [ Values from a file ])."""
+
+
 class InsufficientData(StallwatchError):
     """The run has too few batches to say anything yet."""
 

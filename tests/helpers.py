@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import sqlite3
 import time
 import warnings
@@ -89,12 +90,17 @@ def _copy(source: str, target: str) -> None:
 
 
 def texts(at: AppTest) -> str:
-    """Every piece of text on the page, for assertions."""
+    """Every piece of text on the page, for assertions: as read, Markdown's escapes of file text taken off."""
     parts: list[str] = []
     for kind in ("title", "header", "subheader", "markdown", "caption", "error", "warning", "info", "success", "code"):
-        parts += [str(e.value) for e in getattr(at, kind)]
+        parts += [shown(str(e.value)) for e in getattr(at, kind)]
     parts += [f"{m.label} {m.value}" for m in at.metric]
     return "\n".join(parts)
+
+
+def shown(markdown: str) -> str:
+    """Markdown's backslash escapes (app/plain.py's ``md``) taken off: the text as a reader sees it."""
+    return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown)
 
 
 def writers_alive() -> list[psutil.Process]:

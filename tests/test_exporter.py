@@ -203,10 +203,10 @@ def test_a_bad_file_among_the_arguments_is_reported_once_and_skipped_while_the_o
     assert len(skipped) == 1 and skipped[0].startswith(f"stallwatch exporter: skipping {bad}: ")
 
 
-def test_a_scrape_serves_every_metric_of_the_table_and_nothing_else(db_path):
+def test_a_scrape_serves_every_metric_of_the_table_and_nothing_else(db_path, tmp_path):
     store = Store(db_path)
     run = start_run(store, "gpu-run", workers=2).add([0.01] * 40).gpu([50.0, 70.0])
-    exp, _ = exporter(db_path, now=run.ts + 1)
+    exp, _ = exporter(db_path, bad_file("not-sqlite", tmp_path), now=run.ts + 1)  # a bad file: its error series
     server = ExporterServer(exp, "127.0.0.1", 0).start()
     try:
         text = urllib.request.urlopen(server.url, timeout=10).read().decode()

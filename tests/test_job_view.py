@@ -11,7 +11,7 @@ import pytest
 import streamlit as st
 from app_fixtures import JOB_ID
 from diagnosis_fixtures import Synthetic, write_synthetic
-from helpers import texts
+from helpers import shown, texts
 from streamlit.testing.v1 import AppTest
 
 from app.charts import ranks
@@ -114,7 +114,7 @@ def test_a_failing_job_diagnosis_leaves_the_table_and_chart(
     monkeypatch.setattr(collector.diagnosis, "diagnose_job", broken)
     at = app_for(two_rank_db, JOB_PAGE)
     assert not at.exception
-    assert any("The diagnosis failed (KeyError" in w.value for w in at.warning)
+    assert any("The diagnosis failed (KeyError" in shown(w.value) for w in at.warning)
     table = at.dataframe[0].value
     assert list(table["rank"]) == ["0", "1"] and list(table["verdict"]) == ["n/a", "n/a"]
     assert chart_traces(at) == [["rank 0", "rank 1"]]  # no straggler to mark, the lines still drawn

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from helpers import shown
 from streamlit.testing.v1 import AppTest
 
 from app.charts import sweep as charts
@@ -129,7 +130,7 @@ def test_the_view_shows_the_chosen_line_charts_and_table(tmp_path: Path) -> None
     )
     assert len(at.get("plotly_chart")) == 2
     assert len(at.dataframe) == 1 and len(at.dataframe[0].value) == 6
-    assert any("factory raised RuntimeError" in c.value for c in at.caption)
+    assert any("factory raised RuntimeError" in shown(c.value) for c in at.caption)
 
 
 def test_the_view_of_a_file_without_sweeps_says_how_to_make_one(tmp_path: Path) -> None:

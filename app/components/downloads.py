@@ -9,6 +9,7 @@ import streamlit as st
 
 from app import state
 from app.diagnosis import Unavailable
+from app.plain import md
 from collector.diagnosis.report_types import Report
 from collector.diagnosis.text import render as report_text
 from collector.store.series import TABLES
@@ -47,4 +48,4 @@ def downloads(path: str, run: dict, report: Report | Unavailable) -> None:
                 key="sw_dl_json",
             )
         else:
-            st.caption(f"No report to download: {report.message}")
+            st.caption(f"No report to download: {md(report.message)}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from app.diagnosis import Unavailable
+from app.plain import md
 from collector.diagnosis.report_types import Report
 
 VERDICTS = {
@@ -21,7 +22,7 @@ SEVERITY_ICONS = {"high": ":material/error:", "medium": ":material/warning:", "l
 
 def verdict_banner(report: Report | Unavailable) -> None:
     if isinstance(report, Unavailable):
-        (st.info if report.insufficient else st.warning)(report.message, icon=":material/troubleshoot:")
+        (st.info if report.insufficient else st.warning)(md(report.message), icon=":material/troubleshoot:")
         return
     title, sentence = VERDICTS.get(report.verdict, (report.verdict, ""))
     lead = report.symptoms[0].evidence if report.symptoms else sentence
@@ -78,7 +79,7 @@ def findings(report: Report | Unavailable) -> None:
                 st.caption(f"rule of thumb: {s.rule_of_thumb}")
     _tuning(report)
     for note in report.notes:
-        st.caption(note)
+        st.caption(md(note))
 
 
 def _tuning(report: Report) -> None:

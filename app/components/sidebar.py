@@ -8,6 +8,7 @@ import streamlit as st
 
 from app import state
 from app.components import welcome
+from app.plain import md
 from collector.store.reader import Reader
 
 WATCH_S = 1.0  # how often an open page checks the file for a new run (NOTE [ Live from the first second ])
@@ -28,7 +29,10 @@ def render() -> None:
             key=f"sw_db_input_{path}",
             help="A stallwatch SQLite file. Opened read-only; nothing is ever written to it.",
         )
-        if typed and typed != path:
+        refused = state.may_open(typed) if typed and typed != path else None
+        if refused is not None:
+            st.error(md(refused), icon=":material/block:")
+        elif typed and typed != path:
             st.session_state[state.DB_KEY] = typed
             st.session_state[state.RUN_KEY] = None
             st.rerun()

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import streamlit as st
 
 from app import demo_launcher, state
-from app.settings import DEFAULT_DB, demo_db_for
+from app.plain import md
+from app.settings import DEFAULT_DB, default_db, demo_db_for
 from collector.store.reader import Reader
 
 DEMO_KEY = "sw_demo"  # (pid, db, log) of the demo this session started
@@ -26,7 +28,7 @@ def reader_or_welcome(path: str) -> Reader | None:
         try:
             has_runs = not state.run_list(path).empty
         except Exception as exc:  # noqa: BLE001 - a file that breaks mid-read gets a message, not a traceback
-            st.error(f"{path} cannot be read: {exc}", icon=":material/error:")
+            st.error(md(f"{path} cannot be read: {exc}"), icon=":material/error:")
             return None
         if has_runs:
             return reader
@@ -35,7 +37,7 @@ def reader_or_welcome(path: str) -> Reader | None:
     if not os.path.exists(path):
         welcome(path, f"Nothing recorded yet: there is no `{path}` here.")
         return None
-    st.error(f"**This file cannot be shown.** {reader}", icon=":material/error:")
+    st.error(f"**This file cannot be shown.** {md(reader)}", icon=":material/error:")
     st.caption("Nothing was written to it. Open another file in the sidebar, or record a run into a new one.")
     return None
 
@@ -57,7 +59,7 @@ def welcome(path: str, reason: str) -> None:
             f"Starts a real {seconds:g}-second CPU training loop whose DataLoader is starved (`num_workers=0` over "
             "slow storage), records it, and shows it here live with its diagnosis."
         )
-        demo_db = demo_db_for(path)
+        demo_db = demo_db_for(default_db(sys.argv[1:], os.environ))  # NOTE [ What the dashboard opens ]
         if st.button("Start the demo", type="primary", icon=":material/play_arrow:", key="sw_start_demo"):
             process, log = demo_launcher.start_demo(demo_db)
             st.session_state[DEMO_KEY] = {"pid": process.pid, "db": demo_db, "log": log, "process": process}

@@ -9,6 +9,7 @@ from app import state
 from app.charts import compare as charts
 from app.components import welcome
 from app.diagnosis import Unavailable
+from app.plain import md
 from collector.diagnosis.text import WAITING_DEFINITION
 from collector.errors import StallwatchError
 
@@ -36,7 +37,11 @@ def page() -> None:
     try:
         data = state.compare_data(path, tuple(int(i) for i in chosen))
     except StallwatchError as exc:
-        st.error(str(exc), icon=":material/error:")
+        st.error(md(exc), icon=":material/error:")
+        return
+    for line in data.damaged:  # a damaged run is left out, with its one line: NOTE [ Values from a file ]
+        st.warning(md(line), icon=":material/report:")
+    if len(data.runs) < 2:
         return
     rows = {int(r["id"]): r for r in runs.to_dict("records")}
     compared = data.runs.assign(wait_fraction=[_waiting(path, int(i), rows[int(i)]) for i in data.runs["id"]])

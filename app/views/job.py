@@ -11,6 +11,7 @@ from app.components.report_panel import findings, verdict_banner
 from app.diagnosis import Unavailable
 from app.guard import page_boundary
 from app.jobs import Job, job_of, jobs_of, rank_table, straggler_rank
+from app.plain import md
 from collector.diagnosis.text import WAITING_DEFINITION
 
 REFRESH_S = 10.0  # a live job: its whole-job chart and diagnosis re-read this often (the diagnosis is cached 10 s)
@@ -50,7 +51,7 @@ def page() -> None:
     job = _pick(path, jobs)
     world = f" of {job.world_size}" if job.world_size else ""
     st.caption(
-        f"`{job.job_id or 'no job id'}` · ranks {', '.join(map(str, job.ranks))}{world} recorded · "
+        f"{md(job.job_id or 'no job id')} · ranks {', '.join(map(str, job.ranks))}{world} recorded · "
         f"runs {', '.join(f'#{i}' for i in job.run_ids)}"
     )
     columns = st.columns(max(len(job.run_ids), 4))

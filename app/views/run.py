@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import re
 import time
 from typing import Any, Literal
 
@@ -20,6 +19,7 @@ from app.data import PHASE_BATCHES, RunViewData
 from app.diagnosis import Unavailable
 from app.guard import page_boundary
 from app.jobs import job_of
+from app.plain import md
 from app.views.job import open_job, switch_if_asked
 from collector.diagnosis.report_types import Report
 from collector.diagnosis.text import WAITING_DEFINITION
@@ -48,12 +48,12 @@ def page() -> None:
         return
     run_id = st.session_state.get(state.RUN_KEY)
     try:
-        run = reader.run(run_id if run_id is not None else "latest")
+        run = reader.sound_run(run_id if run_id is not None else "latest")
     except UnknownRun as exc:
-        st.warning(str(exc))
+        st.warning(md(exc))
         return
     except StallwatchError as exc:
-        st.error(str(exc), icon=":material/error:")
+        st.error(md(exc), icon=":material/error:")
         return
     live = run["state"] == "running"
     _header(run)
@@ -105,7 +105,7 @@ def _job_link(path: str, run: dict[str, Any]) -> None:
 
 def _header(run: dict[str, Any]) -> None:
     title, badge = st.columns([5, 1], vertical_alignment="center")
-    title.title(re.sub(r"([\\`*_\[\]<>#|~$:])", r"\\\1", str(run["name"])), anchor=False)  # plain text, not Markdown
+    title.title(md(run["name"]), anchor=False)  # plain text, not Markdown: NOTE [ File text is text ]
     state_name = run["state"]
     colors: dict[str, BadgeColor] = {
         "running": "green",
@@ -123,9 +123,9 @@ def _header(run: dict[str, Any]) -> None:
         for k in ("num_workers", "batch_size", "pin_memory", "prefetch_factor", "persistent_workers")
         if k in config
     )
-    st.caption(f"run #{run['id']} · started {started} on {run.get('hostname') or '?'} · `DataLoader({settings})`")
+    st.caption(f"run #{run['id']} · started {started} on {md(run.get('hostname') or '?')} · DataLoader({md(settings)})")
     if state_name == "crashed":
-        st.error(f"This run crashed: {run.get('error') or 'no error text recorded'}", icon=":material/dangerous:")
+        st.error(f"This run crashed: {md(run.get('error') or 'no error text recorded')}", icon=":material/dangerous:")
     elif state_name == "interrupted":
         st.warning(
             "This run was interrupted (Ctrl-C or a signal). Showing what it recorded.", icon=":material/stop_circle:"
@@ -155,7 +155,7 @@ def _load(
     """The run and its series, or None after saying why not; a live run that just stopped reruns the page."""
     reader = state.open_reader(path)
     if isinstance(reader, str):
-        st.error(reader, icon=":material/error:")
+        st.error(md(reader), icon=":material/error:")
         return None
     try:
         run = reader.run(run_id)
@@ -163,7 +163,7 @@ def _load(
             st.rerun(scope="app")  # it just stopped: redraw the whole page as a finished run, without the timer
         return run, state.run_view(path, run_id, window_s, run, span, details)
     except StallwatchError as exc:
-        st.error(str(exc), icon=":material/error:")
+        st.error(md(exc), icon=":material/error:")
         return None
 
 
@@ -250,7 +250,7 @@ def _details(data: RunViewData) -> None:
         b.plotly_chart(figures[right], width="stretch", config=PLOT_CONFIG, key=f"sw_fig_{right}")
     for warning in data.warnings:
         # One quiet line each, as the command line shows them (the text may start "stallwatch: " too).
-        st.caption(f":material/info: collector note: {warning.removeprefix('stallwatch: ')}")
+        st.caption(f":material/info: collector note: {md(str(warning).removeprefix('stallwatch: '))}")
 
 
 def _summary(report: Report | Unavailable, data: RunViewData, scope_s: float | None) -> None:

@@ -11,6 +11,7 @@ from app import state
 from app.charts.ranks import rank_wait_figure
 from app.components import welcome
 from app.diagnosis import Unavailable
+from app.plain import md
 from app.views.job import open_job, switch_if_asked
 from collector.diagnosis.text import WAITING_DEFINITION
 
@@ -44,6 +45,8 @@ def page() -> None:
             "configuration": st.column_config.TextColumn(width="large"),
         },
     )
+    for line in runs["damage"].dropna() if "damage" in runs else ():  # NOTE [ Values from a file ]
+        st.caption(f":material/report: {md(line)}: the run is listed, its pages say what cannot be read")
     _jobs(path, runs)
     labels = {int(r["id"]): f"{r['name']} (#{r['id']}, {r['state']})" for r in runs.to_dict("records")}
     open_col, compare_col = st.columns(2, gap="large", vertical_alignment="bottom")
@@ -119,7 +122,7 @@ def runs_frame(path: str, runs: pd.DataFrame) -> pd.DataFrame:
                 "job": _text(r.get("job_id"), "—"),
                 "rank": _rank(r.get("rank"), r.get("world_size")),
                 "state": "live" if r["state"] == "running" else r["state"],
-                "started": dt.datetime.fromtimestamp(float(r["started_at"])),
+                "started": _started(r["started_at"]),
                 "verdict": verdict,
                 "batches/s": r["batches_per_s"],
                 "wait share": None if waiting is None else 100.0 * waiting,
@@ -145,6 +148,11 @@ def group_by_job(runs: pd.DataFrame) -> pd.DataFrame:
     order = runs.assign(_newest=newest, _rank=runs["rank"].fillna(-1))
     order = order.sort_values(["_newest", "_rank", "id"], ascending=[False, True, True])
     return order.drop(columns=["_newest", "_rank"]).reset_index(drop=True)
+
+
+def _started(started_at: object) -> dt.datetime | None:
+    """A run's start as a datetime; None where the file's value was damaged (read as NULL)."""
+    return None if started_at is None or pd.isna(started_at) else dt.datetime.fromtimestamp(float(started_at))  # type: ignore[arg-type]
 
 
 def _rank(rank: object, world_size: object) -> str:

@@ -8,6 +8,7 @@ import streamlit as st
 from app import state
 from app.charts import sweep as charts
 from app.components import welcome
+from app.plain import md
 from collector.store import sweep_queries
 from collector.store.reader import Reader
 from collector.sweep.grid import Setting
@@ -63,7 +64,7 @@ def render(reader: Reader) -> None:
         )
     failed = trials[trials["error"].notna()]
     for run_id, name, error in zip(failed["run_id"], failed["name"], failed["error"], strict=True):
-        st.caption(f"Run #{run_id} ({name}) failed: {error}")
+        st.caption(f"Run #{run_id} ({md(name)}) failed: {md(error)}")
 
 
 def sweep_label(row: object) -> str:

@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 
 from collector.diagnosis.tuned import at_setting, settled, settled_run
-from collector.errors import InsufficientData, RunInProgress
+from collector.errors import DamagedRun, InsufficientData, RunInProgress
 from collector.store.diagnosis_queries import batch_aggregates, lean_batches
 from collector.store.reader import Reader
 from collector.store.rollup_queries import epoch_rollups, rollup_aggregates
@@ -71,7 +71,21 @@ def load_run(
     if last_batches is not None and (isinstance(last_batches, bool) or int(last_batches) < 2):
         raise ValueError(f"last_batches must be an integer >= 2, got {last_batches!r}")
     reader = db if isinstance(db, Reader) else Reader(db)
-    info = reader.run(run)
+    info = reader.sound_run(run)
+    try:
+        return _load(reader, info, window_s, last_batches, live, at)
+    except DamagedRun as exc:  # a value of one of its tables: NOTE [ Values from a file ]
+        raise DamagedRun(f"{reader.path}: run {info['name']!r} (id {info['id']}): {exc}") from None
+
+
+def _load(
+    reader: Reader,
+    info: dict[str, Any],
+    window_s: float | None,
+    last_batches: int | None,
+    live: bool,
+    at: dict[str, Any] | None,
+) -> RunData:
     run_id = int(info["id"])
     if info.get("state") == "running" and not live:
         raise RunInProgress(

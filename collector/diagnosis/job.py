@@ -12,7 +12,7 @@ import pandas as pd
 
 from collector.diagnosis.diagnose import diagnose
 from collector.diagnosis.report_types import Report, Symptom
-from collector.errors import InsufficientData, UnknownRun
+from collector.errors import DamagedRun, InsufficientData, UnknownRun
 from collector.store.reader import Reader
 
 
@@ -80,7 +80,7 @@ def diagnose_job(
     for _, row in peers.iterrows():
         try:
             reports[int(row["rank"])] = diagnose(reader, int(row["id"]), live=live)
-        except InsufficientData as exc:
+        except (InsufficientData, DamagedRun) as exc:  # one rank's problem, not the job's
             skipped.append(f"rank {int(row['rank'])}: {exc}")
     if not reports:
         raise InsufficientData("; ".join(skipped))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -88,9 +89,20 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
         ("file",),
         "1 if the exporter could read the file on this scrape, else 0.",
     ),
+    "stallwatch_exporter_file_error": (
+        "info",
+        ("file", "reason"),
+        "Why the exporter could not read a file (one per file whose stallwatch_exporter_file_up is 0).",
+    ),
     "stallwatch_exporter_refresh_seconds": ("gauge", (), "Seconds this scrape spent reading the files."),
 }
-EXPORTER_METRICS = ("stallwatch_exporter_file_up", "stallwatch_exporter_refresh_seconds")  # not per run
+EXPORTER_METRICS = (  # not per run
+    "stallwatch_exporter_file_up",
+    "stallwatch_exporter_file_error",
+    "stallwatch_exporter_refresh_seconds",
+)
+REFRESH_EVERY_S = 1.0  # scrapes closer together than this share one refresh
+REASON_CHARS = 300  # a reason label's length at most
 _CLASSES = {
     "counter": CounterMetricFamily,
     "gauge": GaugeMetricFamily,
@@ -121,6 +133,8 @@ def families(refresh: Refresh) -> list[Metric]:
         _add_run(f, snap)
     for path, up in refresh.files.items():
         f["stallwatch_exporter_file_up"].add_metric([path], 1.0 if up else 0.0)
+    for path, reason in refresh.reasons.items():
+        f["stallwatch_exporter_file_error"].add_metric([path, reason[:REASON_CHARS]], {})
     f["stallwatch_exporter_refresh_seconds"].add_metric([], refresh.seconds)
     return list(f.values())
 
@@ -161,16 +175,35 @@ def _le(bound: float) -> str:
 
 
 class StallwatchCollector(Collector):
-    """Refreshes the exporter on each scrape (one at a time) and yields its families."""
+    """Refreshes the exporter on each scrape and yields its families.
 
-    def __init__(self, exporter: Exporter, on_refresh: Callable[[Refresh], None] | None = None) -> None:
+    Scrapes share refreshes: one runs at a time, and a scrape within
+    ``every_s`` of the last refresh (those that waited for it included) is
+    answered from it, so many scrapers cost one refresh a second at most.
+    """
+
+    def __init__(
+        self,
+        exporter: Exporter,
+        on_refresh: Callable[[Refresh], None] | None = None,
+        *,
+        every_s: float = REFRESH_EVERY_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.exporter = exporter
         self.on_refresh = on_refresh
+        self.every_s = every_s
+        self.clock = clock
         self._lock = threading.Lock()
+        self._last: tuple[float, Refresh] | None = None
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
-            refresh = self.exporter.refresh()
+            if self._last is not None and self.clock() - self._last[0] < self.every_s:
+                refresh = self._last[1]
+            else:
+                refresh = self.exporter.refresh()
+                self._last = (self.clock(), refresh)
         if self.on_refresh is not None:
             self.on_refresh(refresh)
         yield from families(refresh)

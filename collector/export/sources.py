@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from collector.errors import StallwatchError
+from collector.errors import DamagedRun, StallwatchError
 from collector.export.tail import RunSnapshot, RunTail
 from collector.store import export_queries as q
 from collector.store.reader import Reader, run_state
@@ -47,6 +47,7 @@ class Refresh:
     runs: list[RunSnapshot]
     files: dict[str, bool]
     seconds: float
+    reasons: dict[str, str] = field(default_factory=dict)  # why each file that could not be read was skipped
 
 
 class Exporter:
@@ -80,6 +81,7 @@ class Exporter:
         self.files: dict[str, FileTail] = {}
         self._bad: dict[str, tuple[str, tuple[int, int] | None]] = {}  # path -> (message, (size, mtime) then)
         self._missing_told: set[str] = set()
+        self._bad_runs: dict[tuple[str, int], str] = {}  # (path, run id) -> why it is skipped, told once
 
     def paths(self) -> list[str]:
         """The files the sources name now, each once."""
@@ -102,7 +104,7 @@ class Exporter:
                     files[path] = False
                 continue
             try:
-                snapshots += self._refresh_file(tail, now)
+                snapshots += self._refresh_file(path, tail, now)
                 files[path] = True
             except (StallwatchError, sqlite3.Error) as exc:
                 self.files.pop(path, None)
@@ -110,7 +112,8 @@ class Exporter:
                 files[path] = False
         for gone in set(self.files) - set(paths):
             del self.files[gone]
-        return Refresh(snapshots, files, time.perf_counter() - started)
+        reasons = {path: self._bad[path][0] for path, up in files.items() if not up and path in self._bad}
+        return Refresh(snapshots, files, time.perf_counter() - started, reasons)
 
     def _open(self, path: str) -> FileTail | None:
         if path in self.files:
@@ -140,27 +143,41 @@ class Exporter:
         if previous is None or previous[0] != message:
             self.report(f"stallwatch exporter: skipping {path}: {message}")
 
-    def _refresh_file(self, tail: FileTail, now: float) -> list[RunSnapshot]:
+    def _refresh_file(self, path: str, tail: FileTail, now: float) -> list[RunSnapshot]:
         out = []
         with tail.reader.connect() as conn:
             conn.execute("BEGIN")  # one snapshot: rows and rollups agree (NOTE [ Exporting rollups ])
             rows = q.exported_runs(conn, now - self.grace_s)
             followed = set()
             for row in rows:
+                run_id = int(row["id"])
+                if row["damage"] is not None:
+                    self._skip_run(path, run_id, row["damage"])
+                    continue
                 state = run_state(row["status"], row["heartbeat_at"], hostname=row["hostname"], pid=row["pid"], now=now)
                 if state != "running":
-                    ended = row["ended_at"] or row["heartbeat_at"] or row["started_at"]
+                    ended = row["ended_at"] or row["heartbeat_at"] or row["started_at"] or 0.0
                     if now - float(ended) > self.grace_s:
                         continue
-                run_id = int(row["id"])
-                followed.add(run_id)
                 run = tail.runs.setdefault(run_id, RunTail(run_id, self.window_s))
-                run.advance(conn)
-                out.append(run.snapshot(conn, row, state, now))
+                try:
+                    run.advance(conn)
+                    out.append(run.snapshot(conn, row, state, now))
+                except DamagedRun as exc:  # that run's problem: the file's other runs keep their series
+                    self._skip_run(path, run_id, f"run {row['name']!r} (id {run_id}): {exc}")
+                    tail.runs.pop(run_id, None)
+                    continue
+                followed.add(run_id)
+                self._bad_runs.pop((path, run_id), None)
             for run_id in set(tail.runs) - followed:
                 del tail.runs[run_id]
             conn.execute("COMMIT")
         return out
+
+    def _skip_run(self, path: str, run_id: int, message: str) -> None:
+        if self._bad_runs.get((path, run_id)) != message:
+            self._bad_runs[(path, run_id)] = message
+            self.report(f"stallwatch exporter: skipping a run of {path}: {message}")
 
 
 def _stamp(path: str) -> tuple[int, int] | None:

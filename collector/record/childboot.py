@@ -23,6 +23,15 @@ from typing import Any
 # a child that never imports torch pays nothing more) and flushes the runs
 # at exit. The sitecustomize it shadows, if any, runs after it. The writer
 # process starts with `python -I`, which ignores both.
+# Only the script's own Python is touched: the settings name its prefix
+# (sys.prefix: a virtualenv has its own, although its binary links to the
+# base interpreter's) and its version. A child of the same interpreter
+# (DDP ranks, torchrun, spawn) adds the folder holding collector/ to the end
+# of its path where it cannot import it, and records. Any other Python (a
+# tool from another virtualenv the script starts) takes our folder off its
+# path, and PYTHONPATH and $STALLWATCH_AUTOWATCH back to what they were for
+# its own children, before anything else runs: it imports nothing of ours
+# but that one file, and runs the sitecustomize it would have run anyway.
 ENV = "STALLWATCH_AUTOWATCH"
 CHILD_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_child_path")
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -39,10 +48,18 @@ def child_environment(
     tune: int | None = None,
 ) -> dict[str, str]:
     """The variables that make every Python child record like this process (see NOTE [ Child processes ])."""
-    path = [CHILD_PATH, *filter(None, environ.get("PYTHONPATH", "").split(os.pathsep)), PACKAGE_ROOT]
+    before = environ.get("PYTHONPATH")
+    path = [CHILD_PATH, *filter(None, (before or "").split(os.pathsep))]
     settings = {"db": db, "gpu_hz": gpu_hz, "host_hz": host_hz, "tags": dict(tags), "keep_batches": keep_batches}
     settings["tune"] = tune
+    settings["python"] = interpreter()
+    settings["package_root"], settings["pythonpath"] = PACKAGE_ROOT, before
     return {ENV: json.dumps(settings, default=str), "PYTHONPATH": os.pathsep.join(path)}
+
+
+def interpreter() -> list[str]:
+    """What makes a Python the script's own (NOTE [ Child processes ]): its prefix and its version."""
+    return [os.path.realpath(sys.prefix), f"{sys.version_info[0]}.{sys.version_info[1]}"]
 
 
 def set_environment(updates: Mapping[str, str], environ: MutableMapping[str, str] = os.environ) -> Callable[[], None]:

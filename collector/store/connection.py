@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from collector.errors import CannotWrite, NotAStallwatchFile, SchemaTooNew
+from collector.store.file_checks import version_of
 from collector.store.rollup_schema import ROLLUP_DDL
 from collector.store.schema import APP_ID, DDL, MIGRATIONS, SAMPLE_TABLES, SCHEMA_VERSION
 
@@ -119,16 +120,12 @@ def check_meta(conn: sqlite3.Connection, path: str) -> int:
     if "meta" not in tables:
         kind = "an empty database" if not tables else "another program's SQLite database"
         raise NotAStallwatchFile(f"{path} is {kind}, not a stallwatch file")
-    meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+    cur = conn.cursor()
+    cur.row_factory = None  # meta is checked here, whatever it holds
+    meta = dict(cur.execute("SELECT key, value FROM meta").fetchall())
     if meta.get("app") != APP_ID:
         raise NotAStallwatchFile(f"{path} is another program's SQLite database")
-    raw = meta.get("schema_version", "0")
-    try:
-        version = int(raw)
-    except (TypeError, ValueError):
-        raise NotAStallwatchFile(
-            f"{path} has a schema version stallwatch never writes ({raw!r}): the file is damaged"
-        ) from None
+    version = version_of(meta.get("schema_version"), path)
     if version > SCHEMA_VERSION:
         raise SchemaTooNew(
             f"{path} has schema version {version}, newer than this stallwatch "

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from collector.store.checked import run_damage
 from collector.store.schema import RUN_DEFAULTS
 
 Key = tuple[int, int]  # (epoch, idx): the batches primary key within a run
@@ -70,21 +71,28 @@ def columns_of(conn: sqlite3.Connection, table: str) -> set[str]:
 
 def exported_runs(conn: sqlite3.Connection, ended_after: float) -> list[dict[str, Any]]:
     """Runs still marked running, and runs that ended (or last beat) at or after ``ended_after``."""
-    present = columns_of(conn, "runs")
-    select = ", ".join(c if c in present else f"{_literal(RUN_DEFAULTS.get(c))} AS {c}" for c in RUN_COLUMNS)
-    cur = conn.execute(
-        f"SELECT {select} FROM runs WHERE status = 'running' OR ended_at >= ? OR heartbeat_at >= ? ORDER BY id",
-        (ended_after, ended_after),
-    )
-    return [dict(zip(RUN_COLUMNS, row, strict=True)) for row in cur.fetchall()]
+    where = "status = 'running' OR ended_at >= ? OR heartbeat_at >= ? ORDER BY id"
+    return _runs_rows(conn, where, (ended_after, ended_after))
 
 
 def exported_run(conn: sqlite3.Connection, run_id: int) -> dict[str, Any] | None:
     """One run's row, as ``exported_runs`` gives it; None where it is not in the file."""
+    rows = _runs_rows(conn, "id = ?", (run_id,))
+    return rows[0] if rows else None
+
+
+def _runs_rows(conn: sqlite3.Connection, where: str, params: tuple[Any, ...]) -> list[dict[str, Any]]:
+    """Runs rows, each checked alone: ``damage`` names a bad value (NOTE [ Values from a file ])."""
     present = columns_of(conn, "runs")
     select = ", ".join(c if c in present else f"{_literal(RUN_DEFAULTS.get(c))} AS {c}" for c in RUN_COLUMNS)
-    row = conn.execute(f"SELECT {select} FROM runs WHERE id = ?", (run_id,)).fetchone()
-    return None if row is None else dict(zip(RUN_COLUMNS, row, strict=True))
+    cur = conn.cursor()
+    cur.row_factory = None  # every run alone, so one bad row is that run's problem
+    out = []
+    for row in cur.execute(f"SELECT {select} FROM runs WHERE {where}", params).fetchall():
+        damage, fixed = run_damage(dict(zip(RUN_COLUMNS, row, strict=True)))
+        if type(fixed["id"]) is int:
+            out.append({**fixed, "damage": damage})
+    return out
 
 
 def _literal(value: object) -> str:

@@ -14,11 +14,14 @@ BATCHES_PER_SLICE = 4  # at least, on the busiest rank: a slice narrower than a 
 
 
 def job_ranks(reader: Reader, job_id: str) -> pd.DataFrame:
-    """One row per run of the job: id, name, rank, world_size, started_at; in rank order (NULL ranks last)."""
-    return reader.frame(
-        "SELECT id, name, rank, world_size, started_at FROM runs WHERE job_id = ? ORDER BY rank IS NULL, rank, id",
-        [job_id],
-    )
+    """One row per sound run of the job: id, name, rank, world_size, started_at; in rank order (NULL ranks last).
+
+    A run whose row is damaged is left out (NOTE [ Values from a file ]): its own page names the value.
+    """
+    runs = reader.runs()
+    runs = runs[(runs["job_id"] == job_id) & runs["damage"].isna()]
+    runs = runs.assign(unranked=runs["rank"].isna()).sort_values(["unranked", "rank", "id"])
+    return runs[["id", "name", "rank", "world_size", "started_at"]].reset_index(drop=True)
 
 
 def rank_wait_shares(

@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from collector.errors import CannotRead, NotAStallwatchFile, UnknownRun
+from collector.errors import CannotRead, DamagedRun, NotAStallwatchFile, StallwatchError, UnknownRun
+from collector.store import checked, file_checks
 from collector.store.connection import check_meta
 from collector.store.schema import RUN_DEFAULTS, TRIAL_COLUMNS
 
@@ -72,10 +73,11 @@ class Reader:
     writer's WAL checkpoints, and nothing is ever written to the file.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, query_limit_s: float = checked.QUERY_LIMIT_S) -> None:
         self.path = os.fspath(path)
+        self.query_limit_s = query_limit_s
         if not os.path.exists(self.path):
-            blocked = _closed_folder(self.path)
+            blocked = file_checks.closed_folder(self.path)
             if blocked is not None:
                 raise CannotRead(f"no permission to look into {blocked}, which holds {self.path}")
             raise NotAStallwatchFile(f"{self.path} does not exist")
@@ -87,6 +89,8 @@ class Reader:
             raise NotAStallwatchFile(f"{self.path} is an empty file, not a stallwatch file")
         with self.connect() as conn:
             check_meta(conn, self.path)
+            file_checks.check_tables(conn, self.path)
+        file_checks.warn_network(self.path)
 
     # NOTE [ Reading never writes ]
     # A read-only connection to a WAL file still creates its -wal and -shm
@@ -95,6 +99,8 @@ class Reader:
     # all closed it has no -wal file: everything is in the file itself, so it
     # is opened ``immutable``, which touches nothing beside it. A live file
     # (its -wal there) is opened read-only in WAL mode and read live.
+    # Every connection checks each value it returns and stops any query past
+    # ``query_limit_s``: NOTE [ Values from a file ] in collector/store/checked.py.
     @contextmanager
     def connect(self) -> Iterator[sqlite3.Connection]:
         live = os.path.exists(self.path + "-wal")
@@ -105,6 +111,8 @@ class Reader:
             conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=5.0)
         except sqlite3.Error as exc:
             raise NotAStallwatchFile(f"{self.path} cannot be opened: {exc}") from exc
+        conn.row_factory = checked.checked_row
+        checked.deadline(conn, self.query_limit_s)
         try:
             yield conn
         except sqlite3.DatabaseError as exc:
@@ -112,8 +120,10 @@ class Reader:
         finally:
             conn.close()
 
-    def _explain(self, exc: sqlite3.DatabaseError, live: bool) -> NotAStallwatchFile:
+    def _explain(self, exc: sqlite3.DatabaseError, live: bool) -> StallwatchError:
         text = str(exc)
+        if text == "interrupted":
+            return checked.too_slow(self.path, self.query_limit_s)
         if live and ("unable to open" in text or "readonly" in text):
             return CannotRead(
                 f"{self.path} is being written (or its writer was killed) and its -shm file cannot be created "
@@ -121,11 +131,13 @@ class Reader:
             )
         return NotAStallwatchFile(f"{self.path} is not a readable stallwatch file: {text}")
 
-    def frame(self, sql: str, params: Sequence[Any] = ()) -> pd.DataFrame:
+    def frame(self, sql: str, params: Sequence[Any] = (), *, unchecked: bool = False) -> pd.DataFrame:
+        """The rows of ``sql``, checked as a whole; ``unchecked``: the caller checks each row itself."""
         with self.connect() as conn:
+            conn.row_factory = None  # checked_frame checks the columns as arrays
             cur = conn.execute(sql, params)
-            columns = [d[0] for d in cur.description]
-            return pd.DataFrame.from_records(cur.fetchall(), columns=columns)
+            df = pd.DataFrame.from_records(cur.fetchall(), columns=[d[0] for d in cur.description])
+        return df if unchecked else checked.checked_frame(df)
 
     def scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
         with self.connect() as conn:
@@ -135,8 +147,24 @@ class Reader:
     # -- runs ---------------------------------------------------------------
 
     def runs(self) -> pd.DataFrame:
-        """Every run, newest first, with JSON columns decoded and a derived ``state``."""
-        df = self.frame("SELECT * FROM runs ORDER BY id DESC")
+        """Every run, newest first, with JSON columns decoded, a derived ``state`` and ``damage``.
+
+        ``damage`` is one line naming a run's values no stallwatch writes (those read as NULL), else None;
+        a row whose id is not a positive integer is left out (no other table can refer to it).
+        """
+        with self.connect() as conn:
+            conn.row_factory = None  # each row checked alone, as stored (no pandas conversion in between)
+            cur = conn.execute("SELECT * FROM runs ORDER BY id DESC")
+            columns = [d[0] for d in cur.description]
+            stored = cur.fetchall()
+        rows, damage = [], []
+        for values in stored:
+            said, fixed = checked.run_damage(dict(zip(columns, values, strict=True)))
+            if type(fixed.get("id")) is int and fixed["id"] > 0:
+                rows.append(fixed)
+                damage.append(said)
+        df = pd.DataFrame.from_records(rows, columns=columns)
+        df["damage"] = pd.Series(damage, index=df.index, dtype=object)
         for column, default in RUN_DEFAULTS.items():  # an older file: NOTE [ Schema versions ]
             if column not in df.columns:
                 df[column] = default
@@ -166,6 +194,13 @@ class Reader:
             raise UnknownRun(f"no run {ref!r} in {self.path} (newest runs: {names})")
         return {key: _plain(value) for key, value in match.iloc[0].to_dict().items()}
 
+    def sound_run(self, ref: str | int | None = "latest") -> dict[str, Any]:
+        """``run(ref)``, or DamagedRun with its one line when the run holds a value no stallwatch writes."""
+        info = self.run(ref)
+        if info.get("damage"):
+            raise DamagedRun(f"{self.path}: {info['damage']}")
+        return info
+
     def run_totals(self) -> pd.DataFrame:
         """Per run: batches, summed wait and step time, first and last batch time; folded batches included."""
         rows = (
@@ -173,14 +208,18 @@ class Reader:
             " MIN(ts) AS first_ts, MAX(ts) AS last_ts FROM batches GROUP BY run_id"
         )
         if not self.scalar("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'batch_rollups'"):
-            return self.frame(rows)
+            return checked.numbers_only(self.frame(rows, unchecked=True))
         folded = (  # rows past a run's window, folded (NOTE [ Rollups ] in collector/store/fold.py)
             "SELECT run_id, SUM(batches) AS batches, TOTAL(wait_s) AS wait_s, TOTAL(step_s) AS step_s,"
             " MIN(end_ts) AS first_ts, MAX(end_ts) AS last_ts FROM batch_rollups GROUP BY run_id"
         )
-        return self.frame(
-            "SELECT run_id, SUM(batches) AS batches, SUM(wait_s) AS wait_s, SUM(step_s) AS step_s,"
-            f" MIN(first_ts) AS first_ts, MAX(last_ts) AS last_ts FROM ({rows} UNION ALL {folded}) GROUP BY run_id"
+        return checked.numbers_only(
+            self.frame(
+                "SELECT run_id, SUM(batches) AS batches, SUM(wait_s) AS wait_s, SUM(step_s) AS step_s,"
+                f" MIN(first_ts) AS first_ts, MAX(last_ts) AS last_ts FROM ({rows} UNION ALL {folded})"
+                " GROUP BY run_id",
+                unchecked=True,
+            )
         )
 
     # -- per-run tables -----------------------------------------------------
@@ -192,7 +231,10 @@ class Reader:
 
     def epochs(self, run_id: int) -> pd.DataFrame:
         df = self.frame("SELECT * FROM epochs WHERE run_id = ? ORDER BY epoch", (run_id,))
-        df["worker_pids"] = [json.loads(v) if v else [] for v in df["worker_pids"]]
+        df["worker_pids"] = [checked.pid_list(v) for v in df["worker_pids"]]
+        checked.json_objects(df.get("setting", ()), "epochs.setting")  # decoded by tuned.py
+        if len(df) and not df["batches"].dropna().between(0, checked.MAX_EPOCH_BATCHES).all():
+            raise DamagedRun(f"epochs.batches holds a count past {checked.MAX_EPOCH_BATCHES} (or below 0)")
         for column in ("end_wait_s", "collector_s"):  # an older file: NOTE [ Schema versions ]
             if column not in df:
                 df[column] = np.nan
@@ -212,7 +254,9 @@ class Reader:
         columns = ["run_id", *TRIAL_COLUMNS]
         if not self.scalar("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'trials'"):
             return pd.DataFrame(columns=columns)
-        return self.frame("SELECT * FROM trials WHERE run_id = ? ORDER BY epoch, start_idx", (run_id,))
+        df = self.frame("SELECT * FROM trials WHERE run_id = ? ORDER BY epoch, start_idx", (run_id,))
+        checked.json_objects([*df["setting"], *df["baseline"]], "trials.setting", required=True)
+        return df
 
     def worker_fetches(self, run_id: int, since_ts: float | None = None) -> pd.DataFrame:
         where, params = _since("f", run_id, since_ts, ts_column="started_at")
@@ -225,7 +269,7 @@ class Reader:
     def host_samples(self, run_id: int, since_ts: float | None = None) -> pd.DataFrame:
         where, params = _since("h", run_id, since_ts)
         df = self.frame(f"SELECT * FROM host_samples h {where} ORDER BY h.ts", params)
-        df["per_core_pct"] = [json.loads(v) if v else [] for v in df["per_core_pct"]]
+        df["per_core_pct"] = [checked.number_list(v, "per_core_pct") for v in df["per_core_pct"]]
         return df
 
     def proc_samples(self, run_id: int, since_ts: float | None = None) -> pd.DataFrame:
@@ -237,26 +281,17 @@ class Reader:
         return df
 
 
-def _closed_folder(path: str) -> str | None:
-    """The innermost existing folder above ``path`` that this user may not look into, if any."""
-    folder = os.path.dirname(os.path.abspath(path))
-    while not os.path.isdir(folder) and folder != os.path.dirname(folder):
-        folder = os.path.dirname(folder)
-    while folder != os.path.dirname(folder):
-        if not os.access(folder, os.X_OK):
-            return folder
-        folder = os.path.dirname(folder)
-    return None
-
-
 def _json(value: Any, empty: Any) -> Any:
     """A JSON column's value; a damaged one reads as empty, its text kept under "unreadable"."""
     if not isinstance(value, str) or not value:
         return empty
     try:
-        return json.loads(value)
+        decoded = json.loads(value)
     except ValueError:
+        decoded = None
+    if type(decoded) is not type(empty):  # damaged: NOTE [ Values from a file ]
         return [f"unreadable: {value}"] if isinstance(empty, list) else {"unreadable": value}
+    return decoded
 
 
 def _since(alias: str, run_id: int, since_ts: float | None, ts_column: str = "ts") -> tuple[str, tuple[Any, ...]]:

@@ -7,6 +7,7 @@ from typing import Any
 
 import pandas as pd
 
+from collector.store.checked import numbers_only
 from collector.store.reader import Reader
 from collector.store.rollup_schema import ROLLUP_TABLES
 
@@ -119,8 +120,5 @@ def gpu_rollup_means(reader: Reader, run_ids: Sequence[int]) -> pd.DataFrame:
     if not run_ids or not has_rollups(reader):
         return pd.DataFrame(columns=["run_id", "util_sum", "util_n"])
     marks = ",".join("?" * len(run_ids))
-    return reader.frame(
-        f"SELECT run_id, TOTAL(util_pct) AS util_sum, TOTAL(util_n) AS util_n FROM gpu_rollups"
-        f" WHERE run_id IN ({marks}) GROUP BY run_id",
-        list(run_ids),
-    )
+    sql = f"SELECT run_id, TOTAL(util_pct) AS util_sum, TOTAL(util_n) AS util_n FROM gpu_rollups WHERE run_id IN ({marks})"
+    return numbers_only(reader.frame(sql + " GROUP BY run_id", list(run_ids), unchecked=True))  # several runs

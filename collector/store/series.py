@@ -9,6 +9,7 @@ import pandas as pd
 
 from collector.errors import NotAStallwatchFile
 from collector.store import rollup_queries as rq
+from collector.store.checked import numbers_only
 from collector.store.reader import Reader
 
 # NOTE [ Min/max envelope ]
@@ -244,8 +245,9 @@ def run_gpu_means(reader: Reader, run_ids: Sequence[int]) -> dict[int, float]:
         f"SELECT run_id, TOTAL(util_pct) AS util_sum, COUNT(util_pct) AS util_n FROM gpu_samples"
         f" WHERE run_id IN ({marks}) GROUP BY run_id",
         list(run_ids),
+        unchecked=True,  # every run at once: a bad value reads NaN here, and is named by that run's own page
     )
-    df = pd.concat([df, rq.gpu_rollup_means(reader, run_ids)]).groupby("run_id").sum()
+    df = pd.concat([numbers_only(df), rq.gpu_rollup_means(reader, run_ids)]).groupby("run_id").sum()
     return {int(r): float(row.util_sum / row.util_n) for r, row in df.iterrows() if row.util_n > 0}
 
 

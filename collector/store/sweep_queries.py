@@ -114,16 +114,13 @@ def record_failed_trial(db: str | os.PathLike[str], name: str, tags: dict[str, A
 
 def sweep_trials(reader: Reader, sweep: str | None = None) -> pd.DataFrame:
     """One row per trial: run id, sweep, settings, results and ``chosen``, oldest first."""
-    df = reader.frame(
-        "SELECT id AS run_id, name, status, started_at, tags FROM runs"
-        " WHERE json_valid(tags) AND json_extract(tags, '$.sweep') IS NOT NULL ORDER BY id"
-    )
+    runs = reader.runs()  # each row checked alone: a damaged trial is not the sweep's problem
     rows = []
-    for raw in df.to_dict("records"):
-        record = {str(key): value for key, value in raw.items()}
-        tags = json.loads(record.pop("tags"))
-        if sweep is not None and tags.get("sweep") != sweep:
+    for raw in runs.sort_values("id").to_dict("records"):
+        tags = raw["tags"] if isinstance(raw["tags"], dict) else {}
+        if tags.get("sweep") is None or (sweep is not None and tags.get("sweep") != sweep):
             continue
+        record = {"run_id": int(raw["id"]), **{key: raw[key] for key in ("name", "status", "started_at")}}
         trial = tags.get("trial") or {}
         result = tags.get("result") or {}
         row: dict[str, Any] = {

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from typing import Any
 
+from collector.store.checked import json_object
 from collector.store.export_queries import columns_of
 
 
@@ -18,5 +18,4 @@ def loader_setting(conn: sqlite3.Connection, run_id: int) -> dict[str, Any] | No
     ).fetchone()
     if row is None:
         return None
-    value = json.loads(row[0])
-    return value if isinstance(value, dict) else None
+    return json_object(row[0], "epochs.setting")  # DamagedRun: that run's problem

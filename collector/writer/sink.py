@@ -22,6 +22,7 @@ from collector.store.connection import (
     exit_insert_sql,
     fetch_insert_sql,
 )
+from collector.store.file_checks import network_warning
 from collector.store.fold import Folder
 from collector.store.schema import TRIAL_COLUMNS
 from collector.writer.batch_records import CLOCKS, LAYOUTS, Record, fast_records, ring_clocks
@@ -77,6 +78,9 @@ class Sink:
         """The Store and the run: ``run_id`` where the file still holds it (a replacement writer), else a new one."""
         opening, start = self.opening, self.opening.start
         store = Store(opening.db_path)
+        network = network_warning(opening.db_path)  # told once a run, as every collector warning
+        if network is not None:
+            self._messages.append(Warned("network-filesystem", network))
         try:
             if run_id is None or not store.has_run(run_id):
                 run_id = store.create_run(
