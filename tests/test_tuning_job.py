@@ -43,9 +43,11 @@ class Proposing:
 
 
 @pytest.fixture
-def threads_back():
+def two_threads():
+    """torch at 2 intra-op threads, whatever a test before left; put back after."""
     threads = torch.get_num_threads()
-    yield threads
+    torch.set_num_threads(2)
+    yield
     torch.set_num_threads(threads)
 
 
@@ -83,10 +85,8 @@ def job(db: str, eval_batches: int, **change: Any) -> dict[str, list[dict[str, A
 
 @pytest.mark.slow
 def test_a_few_batch_evaluation_loader_is_left_alone_and_never_sets_the_threads_the_training_loader_tuned(
-    db_path, monkeypatch, capsys, threads_back
+    db_path, monkeypatch, capsys, two_threads
 ):
-    if threads_back < 2:
-        pytest.skip("needs 2 intra-op threads to take one away")  # never on CI's 2 cores
     monkeypatch.setattr(tuning, "Advisor", lambda: Proposing(num_workers=2, persistent_workers=True, threads=1))
     rows = job(db_path, eval_batches=3)
     assert {t["run"] for t in rows["trials"]} == {"train"}  # the evaluation loader tried nothing
