@@ -51,10 +51,12 @@ class Session:
         stage: str | None = None,
         timing_rings: TimingRings | None = None,  # made ahead, at watch(): TimingRings.for_loader
         tune: int | None = None,  # live tuning: at most one epoch in ``tune`` on a trial (None: off)
+        stages: bool = True,  # time each worker's stages: NOTE [ Stage timing ] in collector/record/stage_clock.py
         **monitor_kwargs: Any,
     ) -> None:
         self.loader = loader
         self.stage = stage
+        self.stages = stages
         self._iterate = iterate  # `collector run` passes DataLoader's original __iter__
         self.shared = Shared(
             records={shape: deque(maxlen=BUFFER_RECORDS) for shape in ("queue", "sampled", "described")},
@@ -202,7 +204,9 @@ class Session:
         if rings is None or rings.workers < workers:  # a tuner may add workers: NOTE [ Live tuning ]
             if rings is not None:
                 self.shared.retired_rings.append(rings)  # the monitor drains what is left in them
-            rings = self.shared.timing_rings = TimingRings(loader.multiprocessing_context or get_context(), workers)
+            rings = self.shared.timing_rings = TimingRings(
+                loader.multiprocessing_context or get_context(), workers, self.stages
+            )
         original = loader.worker_init_fn
         loader.worker_init_fn = WorkerHook(rings, original)
         t0 = time.perf_counter_ns()
