@@ -7,7 +7,10 @@ from typing import Any
 from collector.diagnosis import rules_cpu, rules_loop, rules_memory, rules_workers
 from collector.diagnosis.build import build_model
 from collector.diagnosis.data import RunData
+from collector.diagnosis.replay import replay_draft
 from collector.diagnosis.report_types import Report, Symptom
+from collector.diagnosis.rules_stages import stage_advice
+from collector.diagnosis.stages import stages
 from collector.diagnosis.stats import measure
 from collector.diagnosis.suggest import suggest
 from collector.diagnosis.summary import summary
@@ -19,8 +22,8 @@ CONTENDED_CORES = 0.5  # other processes' busy cores worth a note
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2}
 
 
-def diagnose_data(data: RunData) -> Report:
-    """The pure part: tables in, Report out."""
+def diagnose_data(data: RunData, *, replay_decode: bool = True) -> Report:
+    """The pure part: tables in, Report out (``replay_decode``: NOTE [ Replayed decode ], the one outside call)."""
     facts = measure(data)
     run = {key: data.run.get(key) for key in RUN_KEYS}
     run["status"] = data.run.get("state") or data.run.get("status")
@@ -58,7 +61,11 @@ def diagnose_data(data: RunData) -> Report:
     symptoms = sorted((s for s in found if s is not None), key=lambda s: SEVERITY_ORDER.get(s.severity, 3))
     loader = {**data.config, "stage": run["stage"], "framework": run["framework"]}
     advice = suggest(facts, model, {s.id: s for s in symptoms}, loader=loader)
-    suggestions = advice.suggestions
+    table = stages(data.stages)
+    replay = replay_draft if replay_decode else None
+    suggestions = advice.suggestions + stage_advice(
+        table, model, data.config, cuda=facts.cuda, batch_nbytes=facts.batch_nbytes, replay=replay
+    )
     notes += advice.notes
     if facts.background_cores >= CONTENDED_CORES:
         notes.append(
@@ -84,6 +91,7 @@ def diagnose_data(data: RunData) -> Report:
         notes=tuple(notes),
         tuning=trials,
         tuned=line,
+        stages=table.table() if table is not None else (),
     )
 
 

@@ -38,6 +38,8 @@ GETITEM = "__getitem__"
 HANDOVER = "hand-over"
 BUDGET = 0.005  # of the worker's fetch time; the sampler and the board take less than the other half
 PUBLISH_S = 0.5
+REPLAY_FILES = 4  # image files a worker names, for replaying their decode (NOTE [ Stage hooks ])
+FILE = "file "  # the prefix of those rows
 _WIDTH = 6  # calls, samples, wall_s, cpu_s, pixels_in, pixels_out (STAGE_FIELDS)
 
 
@@ -65,6 +67,7 @@ class StageClock:
         self._published_at = clock()
         self.sampled: dict[str, int] = {}  # the stack sampler's ticks by stage (NOTE [ Stack sampling ])
         self.ticks = 0
+        self.files = 0  # image files named (note_file)
         self.handovers = 0  # timed fetches whose batch the queue's feeder has not pickled yet
 
     def calibrate(self, rounds: int = 40, tries: int = 5) -> None:
@@ -144,6 +147,12 @@ class StageClock:
                 parent[3] += cpu
         except Exception:  # noqa: BLE001 - called from a hook's finally: it must not replace the user's exception
             self._stack.clear()
+
+    def note_file(self, path: str) -> None:
+        """Keep an image file's path as a row of its own (calls 1, no time) for replaying its decode."""
+        if FILE + path not in self._totals:
+            self.files += 1
+            self._add(FILE + path, 1, 0.0, 0.0, None, None)
 
     def add_beside(self, stage: str, wall_s: float, cpu_s: float) -> None:
         """A stage timed on another thread (the hand-over): booked as it is, no parent."""

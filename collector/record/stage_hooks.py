@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
-from collector.record.stage_clock import HANDOVER, StageClock, pixels
+from collector.record.stage_clock import HANDOVER, REPLAY_FILES, StageClock, pixels
 
 # NOTE [ Stage hooks ]
 # The hooks go in only where this process is ours to change: a DataLoader
@@ -20,7 +21,8 @@ from collector.record.stage_clock import HANDOVER, StageClock, pixels
 #   the same loop as torchvision 0.15-0.29's, each step timed as
 #   "transform <position> <class>", its image's pixels before and after. A
 #   Compose inside a timed one counts in its parent's step.
-# - PIL.Image.open ("PIL open") and PIL.ImageFile.ImageFile.load when it has
+# - PIL.Image.open ("PIL open"; the first REPLAY_FILES paths a worker opens
+#   are kept as rows "file <path>", for replaying their decode) and PIL.ImageFile.ImageFile.load when it has
 #   tiles left to decode ("PIL decode <format>", its decoded pixels: after a
 #   draft() the reduced size).
 # - the fetcher's collate_fn ("collate").
@@ -126,7 +128,7 @@ def _hook_pil(clock: StageClock) -> None:
     file_module = sys.modules.get("PIL.ImageFile")
     if image_module is None or file_module is None:
         return
-    image_module.open = timed(clock, "PIL open", image_module.open)  # type: ignore[attr-defined]
+    image_module.open = _timed_open(clock, image_module.open)  # type: ignore[attr-defined]
     image_file = file_module.ImageFile
     load = image_file.load
 
@@ -140,6 +142,24 @@ def _hook_pil(clock: StageClock) -> None:
             clock.leave(f"PIL decode {getattr(self, 'format', None) or 'image'}", None, pixels(self))
 
     image_file.load = timed_load
+
+
+def _timed_open(clock: StageClock, function: Callable[..., Any]) -> Callable[..., Any]:
+    """PIL.Image.open timed as "PIL open"; the first few files' paths kept for replaying their decode."""
+
+    def open(fp: Any, *args: Any, **kwargs: Any) -> Any:
+        if not clock.active:
+            return function(fp, *args, **kwargs)
+        if clock.files < REPLAY_FILES and isinstance(fp, (str, os.PathLike)):
+            clock.note_file(os.fspath(fp))
+        clock.enter()
+        try:
+            return function(fp, *args, **kwargs)
+        finally:
+            clock.leave("PIL open")
+
+    open._stallwatch_inner = function  # type: ignore[attr-defined]
+    return open
 
 
 def _hook_handover(clock: StageClock) -> None:
