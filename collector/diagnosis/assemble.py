@@ -31,6 +31,7 @@ def diagnose_data(data: RunData, *, replay_decode: bool = True) -> Report:
     run["config"] = data.config
     run["host"] = data.host_facts
     word = verdict(facts)
+    table = stages(data.stages)
     notes = _state_notes(data.run)
     trials = tuning(data.trials) if len(data.trials) else ()
     line = tuned_line(data.all_epochs) if trials else None
@@ -39,7 +40,13 @@ def diagnose_data(data: RunData, *, replay_decode: bool = True) -> Report:
     if word == "insufficient-data":
         notes.append(f"only {facts.batches} batches recorded: too few to name symptoms; record a longer run")
         return Report(
-            run=run, summary=summary(facts, data), verdict=word, notes=tuple(notes), tuning=trials, tuned=line
+            run=run,
+            summary=summary(facts, data),
+            verdict=word,
+            notes=tuple(notes),
+            tuning=trials,
+            tuned=line,
+            stages=table.table() if table is not None else (),
         )
     worker_bytes = rules_memory.worker_private_bytes(data.procs)
     if worker_bytes is None and facts.num_workers == 0:
@@ -61,7 +68,6 @@ def diagnose_data(data: RunData, *, replay_decode: bool = True) -> Report:
     symptoms = sorted((s for s in found if s is not None), key=lambda s: SEVERITY_ORDER.get(s.severity, 3))
     loader = {**data.config, "stage": run["stage"], "framework": run["framework"]}
     advice = suggest(facts, model, {s.id: s for s in symptoms}, loader=loader)
-    table = stages(data.stages)
     replay = replay_draft if replay_decode else None
     suggestions = advice.suggestions + stage_advice(
         table, model, data.config, cuda=facts.cuda, batch_nbytes=facts.batch_nbytes, replay=replay

@@ -68,6 +68,8 @@ class StageClock:
         self.sampled: dict[str, int] = {}  # the stack sampler's ticks by stage (NOTE [ Stack sampling ])
         self.ticks = 0
         self.files = 0  # image files named (note_file)
+        self.retry: Callable[[StageClock], None] | None = None  # hooks still waiting for their module
+        self.retries = 0
         self.handovers = 0  # timed fetches whose batch the queue's feeder has not pickled yet
 
     def calibrate(self, rounds: int = 40, tries: int = 5) -> None:
@@ -110,6 +112,11 @@ class StageClock:
         self.handovers = min(self.handovers + 1, 4)
         overhead_s = (self._regions + 1) * self._region_cost_s
         self._skip = max(0, math.ceil(overhead_s / (BUDGET * max(wall, 1e-9))) - 1)
+        if self.retry is not None:
+            self.retries -= 1
+            self.retry(self)
+            if self.retries <= 0:
+                self.retry = None
         if t1 - self._published_at >= PUBLISH_S:
             self.publish()
 

@@ -34,19 +34,34 @@ from collector.record.stage_clock import HANDOVER, REPLAY_FILES, StageClock, pix
 # table (NOTE [ Stack sampling ]).
 
 _installed: StageClock | None = None
+_waiting: list[Callable[[StageClock], bool]] = []  # hooks whose module this process has not imported yet
+RETRY_FETCHES = 8  # timed fetches after which a module still not imported is given up on
 
 
 def install(clock: StageClock) -> None:
-    """Hook this process's Compose, PIL and queue feeder to ``clock`` (once a process)."""
+    """Hook this process's Compose, PIL and queue feeder to ``clock`` (once a process).
+
+    A module a dataset imports only in its first ``__getitem__`` (PIL, under spawn) is hooked when a
+    later timed fetch ends, for the first RETRY_FETCHES of them.
+    """
     global _installed
     if _installed is not None:
         return
     _installed = clock
-    for hook in (_hook_compose, _hook_compose_v2, _hook_pil, _hook_handover):
+    _waiting[:] = [_hook_compose, _hook_compose_v2, _hook_pil, _hook_handover]
+    retry(clock)
+    if _waiting:
+        clock.retry, clock.retries = retry, RETRY_FETCHES
+
+
+def retry(clock: StageClock) -> None:
+    """Install the hooks whose module is imported by now."""
+    for hook in list(_waiting):
         try:
-            hook(clock)
+            if hook(clock):
+                _waiting.remove(hook)
         except (ImportError, AttributeError, TypeError):
-            continue
+            _waiting.remove(hook)
 
 
 def timed(clock: StageClock, stage: str, function: Callable[..., Any]) -> Callable[..., Any]:
@@ -65,10 +80,10 @@ def timed(clock: StageClock, stage: str, function: Callable[..., Any]) -> Callab
     return call
 
 
-def _hook_compose(clock: StageClock) -> None:
+def _hook_compose(clock: StageClock) -> bool:
     module = sys.modules.get("torchvision.transforms.transforms")
     if module is None:
-        return
+        return False
     compose = module.Compose
     original = compose.__call__
 
@@ -89,12 +104,13 @@ def _hook_compose(clock: StageClock) -> None:
             clock.in_compose = False
 
     compose.__call__ = __call__
+    return True
 
 
-def _hook_compose_v2(clock: StageClock) -> None:
+def _hook_compose_v2(clock: StageClock) -> bool:
     module = sys.modules.get("torchvision.transforms.v2._container")
     if module is None:
-        return
+        return False
     compose = module.Compose
     original = compose.forward
 
@@ -117,17 +133,18 @@ def _hook_compose_v2(clock: StageClock) -> None:
             clock.in_compose = False
 
     compose.forward = forward
+    return True
 
 
 def _step(position: int, transform: Any) -> str:
     return f"transform {position} {type(transform).__name__}"
 
 
-def _hook_pil(clock: StageClock) -> None:
+def _hook_pil(clock: StageClock) -> bool:
     image_module = sys.modules.get("PIL.Image")
     file_module = sys.modules.get("PIL.ImageFile")
     if image_module is None or file_module is None:
-        return
+        return False
     image_module.open = _timed_open(clock, image_module.open)  # type: ignore[attr-defined]
     image_file = file_module.ImageFile
     load = image_file.load
@@ -142,6 +159,7 @@ def _hook_pil(clock: StageClock) -> None:
             clock.leave(f"PIL decode {getattr(self, 'format', None) or 'image'}", None, pixels(self))
 
     image_file.load = timed_load
+    return True
 
 
 def _timed_open(clock: StageClock, function: Callable[..., Any]) -> Callable[..., Any]:
@@ -162,10 +180,10 @@ def _timed_open(clock: StageClock, function: Callable[..., Any]) -> Callable[...
     return open
 
 
-def _hook_handover(clock: StageClock) -> None:
+def _hook_handover(clock: StageClock) -> bool:
     queues = sys.modules.get("multiprocessing.queues")
     if queues is None:
-        return
+        return False
     pickler = queues._ForkingPickler
     dumps = pickler.dumps
 
@@ -182,3 +200,4 @@ def _hook_handover(clock: StageClock) -> None:
                 clock.add_beside(HANDOVER, time.perf_counter() - t0, time.thread_time() - c0)
 
     queues._ForkingPickler = TimedPickler  # type: ignore[attr-defined]
+    return True
