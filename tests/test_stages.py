@@ -35,7 +35,7 @@ def jpegs(tmp_path):
 @pytest.mark.parametrize("start_method", ["fork", "spawn"])
 def test_each_worker_records_open_decode_collate_and_the_fetch_they_add_up_to(db_path, jpegs, start_method):
     loader = DataLoader(
-        JpegFiles(jpegs, sleep_s=0.002),  # slow enough that every fetch is timed within the budget
+        JpegFiles(jpegs, sleep_s=0.01),  # slow enough that every fetch is timed within the budget
         batch_size=3,
         num_workers=2,
         multiprocessing_context=multiprocessing.get_context(start_method),
@@ -102,7 +102,7 @@ def test_a_dataset_without_hooks_gets_its_own_functions_from_the_stack_sampler(d
 def test_the_report_shows_the_stage_table(db_path, jpegs):
     from collector.diagnosis.diagnose import diagnose
 
-    run_id, _ = record(DataLoader(JpegFiles(jpegs, sleep_s=0.002), batch_size=3, num_workers=2), db_path, epochs=2)
+    run_id, _ = record(DataLoader(JpegFiles(jpegs, sleep_s=0.01), batch_size=3, num_workers=2), db_path, epochs=2)
     report = diagnose(db_path, run_id)
     stages = report.to_dict()["stages"]
     assert {row["stage"] for row in stages} >= {"PIL decode JPEG", "PIL open", "collate", "__getitem__"}

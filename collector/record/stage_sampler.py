@@ -19,7 +19,8 @@ from collector.record.stage_clock import StageClock
 # that time is the stage's), it books one tick to GETITEM and one to the
 # innermost frame of the user's own code:
 # a file outside the standard library, site-packages and stallwatch, named
-# "code <file>:<function>". At publish, GETITEM's own wall time is split by
+# "code <file>:<function>"; a tick in the dataset's own method itself
+# (DATASET_METHODS) stays GETITEM's, which already names it. At publish, GETITEM's own wall time is split by
 # the ticks (StageClock.totals: sampled_rows), and its CPU in the same
 # proportion (an estimate: a sampler sees no CPU clock); ticks in no user
 # frame stay GETITEM's. A sampled stage's calls are its ticks. At 50 Hz a look
@@ -31,6 +32,8 @@ INTERVAL_S = 0.02
 _HOOKED = "(hooked)"
 _HOOKS_FILE = stage_hooks.__file__
 _FETCH = "(fetch)"
+_OWN = "(own)"
+DATASET_METHODS = ("__getitem__", "__getitems__", "__iter__", "__next__")
 _FETCH_FILE = os.path.join(os.path.dirname(stage_hooks.__file__), "worker_timing.py")  # TimedFetcher.fetch
 MAX_NAMES = 32  # distinct functions booked; later ones count as "code (other)"
 
@@ -81,6 +84,8 @@ class StackSampler:
                 return None
             if name is _FETCH:  # the fetch itself: frames further out are the worker loop's, not the dataset's
                 return found
+            if name is _OWN and not found:  # the dataset's own method: its time stays GETITEM's
+                return ""
             if name and not found:
                 found = name
             frame = frame.f_back
@@ -93,6 +98,8 @@ class StackSampler:
             return _FETCH
         if filename.startswith("<") or any(filename.startswith(root) for root in self._ours):
             return ""
+        if function in DATASET_METHODS:
+            return _OWN
         if len(set(self._names.values()) - {""}) >= MAX_NAMES:
             return "code (other)"
         return f"code {os.path.basename(filename)}:{function}"
