@@ -12,7 +12,9 @@ from collector.writer.frames import STAGE_FIELDS
 # is a few dozen cumulative totals, not a record a fetch, so it travels as a
 # board, not through a ring: one shared-memory buffer per worker id holding
 # the marshal of {stage: (calls, samples, wall_s, cpu_s, pixels_in, pixels_out)},
-# rewritten whole at most every PUBLISH_S and as the worker exits. A version
+# rewritten whole after the first timed fetch, then at most every PUBLISH_S,
+# and as the worker exits (persistent workers exit after the run's last
+# drain: their last PUBLISH_S is not recorded). A version
 # counter guards each rewrite (odd while writing, a seqlock): the monitor
 # copies the buffer, reads the version again, and keeps the copy only when it
 # did not move, else it reads again at its next drain. The totals are the

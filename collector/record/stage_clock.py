@@ -37,7 +37,7 @@ FETCH = "fetch"
 GETITEM = "__getitem__"
 HANDOVER = "hand-over"
 BUDGET = 0.005  # of the worker's fetch time; the sampler and the board take less than the other half
-PUBLISH_S = 0.5
+PUBLISH_S = 0.2  # the monitor drains every 0.2 s; a publish (a marshal of a few dozen rows) costs ~20 us
 REPLAY_FILES = 4  # image files a worker names, for replaying their decode (NOTE [ Stage hooks ])
 FILE = "file "  # the prefix of those rows
 _WIDTH = 6  # calls, samples, wall_s, cpu_s, pixels_in, pixels_out (STAGE_FIELDS)
@@ -64,7 +64,7 @@ class StageClock:
         self._regions = 0  # regions timed in this fetch
         self._region_cost_s = 2e-6
         self._skip = 0  # untimed fetches before the next timed one
-        self._published_at = clock()
+        self._published_at = -math.inf  # the first timed fetch publishes: a short run shows its table
         self.sampled: dict[str, int] = {}  # the stack sampler's ticks by stage (NOTE [ Stack sampling ])
         self.ticks = 0
         self.files = 0  # image files named (note_file)
