@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sqlite3
+
 # NOTE [ Worker stages ]
 # One row a (run, worker id, stage), the stage's totals over the run: the
 # writer adds each flush's growth (NOTE [ Stage boards ]) to it, so the table
@@ -42,3 +44,16 @@ def stage_upsert_sql(run_id: int) -> str:
 
 
 STAGES_SELECT = f"SELECT {', '.join(STAGE_COLUMNS)} FROM worker_stages WHERE run_id = ? ORDER BY worker_id, stage"
+
+
+def stage_seconds(conn: sqlite3.Connection, run_id: int) -> dict[str, tuple[float, float | None]]:
+    """Each stage's (wall_s, cpu_s) over the run's workers, the timed fetches' row "fetch" among them; {} before schema 7."""
+    known = conn.execute("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'worker_stages'")
+    if not known.fetchone()[0]:
+        return {}
+    rows = conn.execute(
+        "SELECT stage, SUM(wall_s), SUM(cpu_s) FROM worker_stages WHERE run_id = ? AND stage NOT LIKE 'file %'"
+        " GROUP BY stage ORDER BY stage LIMIT 256",
+        (int(run_id),),
+    ).fetchall()
+    return {str(stage): (float(wall or 0.0), None if cpu is None else float(cpu)) for stage, wall, cpu in rows}
