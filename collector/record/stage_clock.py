@@ -72,7 +72,7 @@ class StageClock:
         self.retries = 0
         self.handovers = 0  # timed fetches whose batch the queue's feeder has not pickled yet
 
-    def calibrate(self, rounds: int = 40, tries: int = 5) -> None:
+    def calibrate(self, rounds: int = 20, tries: int = 5) -> None:
         """Measure what one region costs here, the best of a few tries (a busy machine stretches some)."""
         best = math.inf
         for _ in range(tries):
