@@ -87,38 +87,50 @@ def cost(args: argparse.Namespace, root: Path, db: str) -> None:
             beside.terminate()
 
 
-def manual_shares(root: Path, transform: str, count: int) -> dict[str, float]:
-    """Open, decode, the transform and to_tensor timed by hand, as shares of their sum (thread CPU time)."""
-    dataset = pipelines.JpegFolder(root, transform)
-    spent = {"PIL open": 0.0, "PIL decode JPEG": 0.0, "transform": 0.0, "to_tensor": 0.0}
-    for index in range(count):
-        path, _ = dataset.items[index]
-        t0 = time.thread_time()
+class TimedByHand(pipelines.JpegFolder):
+    """The photo pipeline timing its own open, decode and the rest (wall, thread CPU) into shared memory."""
+
+    def __init__(self, root: Path, transform: str) -> None:
+        super().__init__(root, transform)
+        self.spent = multiprocessing.get_context("fork").RawArray("d", 6)  # wall x3, cpu x3
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        path, label = self.items[index]
+        marks = [(time.perf_counter(), time.thread_time())]
         raw = Image.open(path)
-        t1 = time.thread_time()
+        marks.append((time.perf_counter(), time.thread_time()))
         raw.load()
-        t2 = time.thread_time()
-        image = dataset.transform(raw.convert("RGB"), random.Random(index))
-        t3 = time.thread_time()
-        pipelines.to_tensor(image)
-        t4 = time.thread_time()
-        for key, seconds in zip(spent, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
-            spent[key] += seconds
-    total = sum(spent.values())
-    return {key: value / total for key, value in spent.items()}
+        marks.append((time.perf_counter(), time.thread_time()))
+        rng = random.Random(self.seed * 1_000_003 + index)
+        out = pipelines.to_tensor(self.transform(raw.convert("RGB"), rng)), label
+        marks.append((time.perf_counter(), time.thread_time()))
+        for k in range(3):
+            self.spent[k] += marks[k + 1][0] - marks[k][0]
+            self.spent[3 + k] += marks[k + 1][1] - marks[k][1]
+        return out
 
 
 def shares(args: argparse.Namespace, root: Path, db: str) -> None:
-    run_id, _ = record(pipelines.JpegFolder(root, args.transform), db, args.batches, True)
+    dataset = TimedByHand(root, args.transform)
+    run_id, _ = record(dataset, db, args.batches, True)
     table = stages(Reader(db).worker_stages(run_id))
     assert table is not None, "no stage rows"
-    by_hand = manual_shares(root, args.transform, args.batches * 16)
-    print(f"{'stage':<40} {'table':>7} {'by hand':>8}")
-    for row in table.table():
-        print(f"{row.stage:<40} {row.share:>7.1%} {by_hand.get(row.stage, float('nan')):>8.1%}")
+    hand = list(dataset.spent)
+    inside = [f for f in table.rows if f.row.stage != "hand-over" and f.row.stage != "collate"]
+    groups = {
+        "PIL open": [f for f in inside if f.row.stage == "PIL open"],
+        "PIL decode JPEG": [f for f in inside if f.row.stage == "PIL decode JPEG"],
+        "the rest": [f for f in inside if not f.row.stage.startswith("PIL ")],
+    }
+    print(f"{'stage':<18} {'table wall':>10} {'by hand':>8} {'table cpu':>10} {'by hand':>8}")
+    for k, (name, parts) in enumerate(groups.items()):
+        t_wall = sum(f.wall_s for f in parts) / sum(f.wall_s for f in inside)
+        t_cpu = sum(f.cpu_s or 0.0 for f in parts) / sum(f.cpu_s or 0.0 for f in inside)
+        h_wall, h_cpu = hand[k] / sum(hand[:3]), hand[3 + k] / sum(hand[3:])
+        print(f"{name:<18} {t_wall:>10.1%} {h_wall:>8.1%} {t_cpu:>10.1%} {h_cpu:>8.1%}")
     print(
-        "(by hand: thread CPU, PIL open/decode/the transform function/to_tensor; the table's __getitem__ and "
-        "code rows hold the transform and to_tensor: compare their sum)"
+        "(by hand: the same workers timing their own open, decode and the rest of __getitem__, every sample; "
+        "the table: the timed fetches, collate and the hand-over left out)"
     )
 
 

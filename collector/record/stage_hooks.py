@@ -142,9 +142,10 @@ def _step(position: int, transform: Any) -> str:
 
 def _hook_pil(clock: StageClock) -> bool:
     image_module = sys.modules.get("PIL.Image")
-    file_module = sys.modules.get("PIL.ImageFile")
-    if image_module is None or file_module is None:
+    if image_module is None:
         return False
+    from PIL import ImageFile as file_module  # PIL.Image's own sibling, imported by its first open anyway
+
     image_module.open = _timed_open(clock, image_module.open)  # type: ignore[attr-defined]
     image_file = file_module.ImageFile
     load = image_file.load
@@ -158,7 +159,7 @@ def _hook_pil(clock: StageClock) -> bool:
         finally:
             clock.leave(f"PIL decode {getattr(self, 'format', None) or 'image'}", None, pixels(self))
 
-    image_file.load = timed_load
+    image_file.load = timed_load  # type: ignore[method-assign]
     return True
 
 
