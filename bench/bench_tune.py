@@ -247,8 +247,8 @@ def _trials(db: str, run: str) -> list[str]:
             (run,),
         ).fetchall()
     return [
-        f"epoch {epoch} {setting}: predicted {predicted:.2f}x, measured {measured:.2f}x, "
-        f"{'kept' if kept else 'reverted'} ({why})"
+        f"epoch {epoch} {setting}: predicted {predicted:.2f}x, "
+        f"measured {'nothing' if measured is None else f'{measured:.2f}x'}, {'kept' if kept else 'reverted'} ({why})"
         for epoch, setting, predicted, measured, kept, why in rows
     ]
 

@@ -169,3 +169,21 @@ def test_recorded_run_figures_have_data(recorded_db: str) -> None:
     figures = build_run_figures(data)
     assert len(figures["workers"].data) == 4
     assert figures["queue"].data and figures["utilisation"].layout.title.text == timeline.TITLE_PHASES
+
+
+def test_a_trial_ended_unjudged_is_labelled_so_on_the_timeline() -> None:
+    phases = pd.DataFrame({"compute_start": [0.0], "wait_start": [0.1], "end": [0.5]})
+    setting = '{"num_workers": 2, "threads": 2}'
+    trials = pd.DataFrame(
+        {
+            "start": [0.0, 1.0],
+            "end": [0.5, 1.5],
+            "setting": [setting, setting],
+            "baseline": ['{"num_workers": 0, "threads": 2}'] * 2,
+            "measured_speedup": [1.42, None],
+            "kept": [1, 0],
+        }
+    )
+    fig = timeline.utilisation_figure(pd.DataFrame(), phases, pd.DataFrame(), None, trials)
+    labels = [shape.text for shape in fig.layout.annotations]
+    assert labels == ["trial num_workers=2: 1.42x kept", "trial num_workers=2: not judged reverted"]

@@ -242,7 +242,8 @@ def test_a_starved_loader_tuned_live_gets_faster_with_the_same_samples_in_the_sa
     assert kept and kept[0]["measured_speedup"] > 1.2 and kept[0]["setting"]["num_workers"] > 0
     assert {"epoch", "setting", "predicted_speedup", "measured_speedup", "kept"} <= set(kept[0])
     assert report["tuned"].startswith("tuned: num_workers 0 -> ")
-    assert "stallwatch tuned: num_workers 0 -> " in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "stallwatch tuned tuned (test_tuning.py:" in err and "): num_workers 0 -> " in err  # the loader named
     with sqlite3.connect(db_path) as conn:
         rows = conn.execute("SELECT setting FROM epochs WHERE setting IS NOT NULL ORDER BY run_id, epoch")
         settings = [json.loads(s) for (s,) in rows]
@@ -297,7 +298,7 @@ class Scripted:
     def __init__(self) -> None:
         self.polls = 0
 
-    def ask(self, *args: object) -> None:
+    def ask(self, *args: object, **kwargs: object) -> None:
         pass
 
     def poll(self) -> Proposal | None:
@@ -365,12 +366,17 @@ def test_the_tuner_may_keep_up_to_a_jobs_own_worker_count_past_the_cap_and_the_r
     assert max(s.num_workers for s in tuner_candidates(two, physical_cores=64)) == 4  # a host's, not the job's
 
 
-def test_on_a_quiet_machine_the_tuner_may_try_cpu_bound_workers_past_the_cap_up_to_memorys_limit():
+def test_on_a_quiet_machine_the_tuner_raises_cpu_bound_workers_a_step_at_a_time_up_to_memorys_limit():
+    """NOTE [ After a miss ]: 2 a physical core, or twice the workers the job runs, whichever is more."""
     quiet = dataclasses.replace(oversubscribed_model(0.0, 0.0, 0.11), recorded=START.but(num_workers=2, threads=1))
     cap = max(s.num_workers for s in candidates(quiet))
-    assert {s.num_workers for s in tuner_candidates(quiet)} == set(range(17))  # past the cap of 3: nobody's cores
+    assert {s.num_workers for s in tuner_candidates(quiet)} == set(range(5))  # past the cap of 3, not to 16
     assert cap == 3 and candidates(quiet) == [s for s in tuner_candidates(quiet) if s.num_workers <= cap]
-    tight = dataclasses.replace(quiet, max_workers=5)
+    four = dataclasses.replace(quiet, recorded=quiet.recorded.but(num_workers=4))  # 4 kept: measured faster
+    assert max(s.num_workers for s in tuner_candidates(four)) == 8
+    none = dataclasses.replace(quiet, recorded=quiet.recorded.but(num_workers=0))
+    assert max(s.num_workers for s in tuner_candidates(none)) == 4  # no first trial of 16 workers on 2 cores
+    tight = dataclasses.replace(four, max_workers=5)
     assert max(s.num_workers for s in tuner_candidates(tight)) == 5
 
 

@@ -196,3 +196,31 @@ def test_every_measured_setting_plays_another_thread_count_with_the_steps_measur
     assert with_share > with_table * 1.03  # a step sharing out more gains more from its second thread
     assert current.speedup(back) > with_share
     assert steered(current, 1.0, [PHOTO_AT_0]).speedup(back) == pytest.approx(with_share)
+
+
+def test_after_a_miss_a_setting_between_the_measured_ones_is_offered_uncorrected():
+    """NOTE [ After a miss ]: 8 workers measured 0.8x; 2 between 0 and 8 still get their try at the model's 1.08x."""
+    eight, two = START.but(num_workers=8, persistent_workers=True), START.but(num_workers=2, persistent_workers=True)
+
+    def missed_eight() -> Policy:
+        policy = Policy(start=START, every=1)
+        offers = [None, None, offer(eight, START, 1.33), offer(eight, START, 1.33)]
+        run_epochs(policy, {START: 0.010, eight: 0.0125}, offers)
+        assert policy.missed == eight and policy.correction() == MIN_CORRECTION
+        return policy
+
+    assert missed_eight().next_setting(offer(two, START, 1.08)) == (START, None)  # corrected: 1.027x, in the noise
+    between = dataclasses.replace(offer(two, START, 1.08), between=True)
+    setting, tried = missed_eight().next_setting(between)
+    assert setting == two and tried is not None and tried.correction == 1.0
+
+
+@pytest.mark.parametrize(
+    ("workers", "between"), [(0, True), (1, True), (2, True), (4, True), (7, True), (8, False), (9, False)]
+)
+def test_between_spans_the_current_worker_count_to_the_missed_ones_not_the_missed_itself(workers, between):
+    """The current count on the other thread count counts: it lies between too."""
+    from collector.tune.propose import _between
+
+    current, missed = START.but(threads=2), START.but(num_workers=8, persistent_workers=True)
+    assert _between(current.but(num_workers=workers, threads=1), current, missed) is between

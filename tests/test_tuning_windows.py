@@ -58,7 +58,7 @@ class Offering:
     def poll(self) -> Proposal:
         return self.proposal
 
-    def ask(self, *args: Any) -> None:
+    def ask(self, *args: Any, **kwargs: Any) -> None:
         pass
 
     def close(self) -> None:

@@ -84,11 +84,16 @@ def _trial_bands(fig: go.Figure, trials: pd.DataFrame) -> None:
             line_width=0,
             layer="below",
             annotation={
-                "text": f"trial {changes}: {t['measured_speedup']:.2f}x {'kept' if kept else 'reverted'}",
+                "text": f"trial {changes}: {_measured(t['measured_speedup'])} {'kept' if kept else 'reverted'}",
                 "font": {"size": 10},
             },
             annotation_position="top left",
         )
+
+
+def _measured(speedup: object) -> str:
+    """A trial's measured speed-up, or "not judged" (NOTE [ Trials never hurt ])."""
+    return "not judged" if speedup is None or pd.isna(speedup) else f"{float(speedup):.2f}x"  # type: ignore[arg-type]
 
 
 def square_wave(starts: pd.Series, ends: pd.Series) -> tuple[np.ndarray, np.ndarray]:

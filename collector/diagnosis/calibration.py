@@ -164,6 +164,21 @@ _TABLE: dict[str, Constant] = {
             "or not; idle and beside a hog; 2 cores): 10th percentile of predicted / measured",
         ),
         Constant(
+            "MIN_TUNED_BATCHES",
+            6,
+            "batches an epoch",
+            "chosen (NOTE [ One tuner for the job ] in collector/record/tuning_job.py): an epoch this short is mostly "
+            "the first batch's latency, whatever the setting. The course pipeline's 3-batch evaluation loader, tuned, "
+            "made the job's epochs 15-90% slower; its 8-batch training loader's trials paid 1.02-1.11x",
+        ),
+        Constant(
+            "MIN_JOB_SHARE",
+            0.15,
+            "share of the job's loader time",
+            "chosen: a loader below it gains the job at most 7.5% if made twice as fast, while one slow trial "
+            "(+15-90% measured on the course pipeline's evaluation loader) costs about what several epochs gain",
+        ),
+        Constant(
             "MODEL_HIGH",
             1.18,
             "predicted / measured speed-up",

@@ -22,17 +22,19 @@ def setting_of(loader: Any) -> Setting:
     ).but()
 
 
-def apply(loader: Any, setting: Setting) -> None:
+def apply(loader: Any, setting: Setting, threads: bool = True) -> None:
     """Put a DataLoader at ``setting`` between epochs: its workers ended where they would keep the old one.
 
     Only the four loader fields and torch's threads change; the user's
     sampler, generator, worker_init_fn, collate_fn and multiprocessing
     context stay as they are. Persistent workers of another setting are
-    shut down first (DataLoader itself keeps them across iter()).
+    shut down first (DataLoader itself keeps them across iter()). ``threads``
+    False: torch's threads stay as they are (another loader of the job owns
+    them: NOTE [ One tuner for the job ]).
     """
     target = target_of(loader)
     now = setting_of(target)
-    if now.threads != setting.threads:
+    if threads and now.threads != setting.threads:
         sys.modules["torch"].set_num_threads(setting.threads)
     if now.but(threads=setting.threads) == setting:
         return
@@ -55,3 +57,20 @@ def target_of(loader: Any) -> Any:
     """The DataLoader itself behind a session's weak stand-in (NOTE [ Weak loader ])."""
     unwrap = getattr(type(loader), "_target", None)
     return unwrap(loader) if unwrap is not None else loader
+
+
+def unwatched_by_sigchld(iterator: Any) -> None:
+    """An iterator's workers off torch's SIGCHLD watch: a dead one raises inside next(), not at any line.
+
+    torch registers each multi-process iterator's worker pids with a SIGCHLD
+    handler that raises a dead worker's error in the main thread wherever it
+    is; the iterator's own queue wait finds a dead worker too (every
+    MP_STATUS_CHECK_INTERVAL, 5 s) and raises it from next(). NOTE [ Trials never hurt ].
+    """
+    if not getattr(iterator, "_worker_pids_set", False):
+        return
+    try:
+        sys.modules["torch"].utils.data._utils.signal_handling._remove_worker_pids(id(iterator))
+    except (AttributeError, ValueError, RuntimeError):
+        return  # another torch: its watch stays
+    iterator._worker_pids_set = False

@@ -67,7 +67,7 @@ class Monitor(threading.Thread):
         self.ready = threading.Event()  # set once the run row exists (or cannot)
         self.run_id: int | None = None
         self.warned: dict[str, str] = {}
-        self._origin = origin or user_frame()  # where warnings point: the line that called watch()
+        self.origin = origin or user_frame()  # where warnings point: the line that called watch()
         self._warnings_dirty = False
         self._writer_in_process = writer_in_process
         self._produced: dict[int, int] = {}  # epoch -> batches handed out, as far as we know
@@ -94,7 +94,7 @@ class Monitor(threading.Thread):
             return
         self.warned[key] = message
         self._warnings_dirty = True
-        warn_at(self._origin, message)
+        warn_at(self.origin, message)
 
     def note(self, key: str, message: str) -> None:
         """Store a note with the run's warnings, once per key, without raising a warning: nothing is wrong."""

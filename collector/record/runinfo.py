@@ -204,3 +204,12 @@ def job_start(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
 
 def command_line() -> str:
     return " ".join([os.path.basename(sys.executable), *sys.argv])
+
+
+def torch_threads() -> tuple[int, int] | None:
+    """(intra-op, inter-op) threads of torch in this process, if torch is imported; recorded each epoch."""
+    torch = sys.modules.get("torch")
+    try:
+        return int(torch.get_num_threads()), int(torch.get_num_interop_threads())  # type: ignore[union-attr]
+    except Exception:  # noqa: BLE001 - no torch, or one without these
+        return None

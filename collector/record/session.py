@@ -6,7 +6,6 @@ import contextlib
 import functools
 import os
 import socket
-import sys
 import threading
 import time
 import weakref
@@ -23,7 +22,7 @@ from collector.record.handover import BUFFER_RECORDS, EpochStarted, Shared
 from collector.record.load_clock import LoadClock
 from collector.record.monitor import Monitor
 from collector.record.plain_loop import plain_loop
-from collector.record.runinfo import command_line, distributed, job_id, loader_config, resumes, versions
+from collector.record.runinfo import command_line, distributed, job_id, loader_config, resumes, torch_threads, versions
 from collector.record.worker_timing import TimingRings, WorkerHook
 from collector.sample.host import host_facts
 from collector.sample.sampler import Rates
@@ -89,7 +88,8 @@ class Session:
         if tune is not None:  # imported here: an untuned job does not pay for the tuner's imports
             from collector.record.tuning import LiveTuner, TunedEvents
 
-            self.tuner = LiveTuner(loader, self.shared, db, tune, run_id=lambda: self.monitor.run_id)
+            label = f"{name} ({os.path.basename(self.monitor.origin[0])}:{self.monitor.origin[1]})"
+            self.tuner = LiveTuner(loader, self.shared, db, tune, lambda: self.monitor.run_id, label, self.monitor.warn)
             self.shared.epoch_events = TunedEvents(100_000, self.tuner, self._wall_of)
 
     def _wall_of(self, t_ns: int) -> float:
@@ -148,12 +148,22 @@ class Session:
         setting = None if tuner is None else tuner.before_epoch(epoch, t_start, self._wall_of(t_start))
         lent = contextlib.nullcontext() if tuner is None else tuner.lend()
         try:
-            with lent:
-                it, iter_ns = self._open_iterator()
+            try:
+                with lent:
+                    it, iter_ns = self._open_iterator()
+            except Exception as exc:
+                setting = None if tuner is None else tuner.open_failed(exc, epoch)  # NOTE [ Trials never hurt ]
+                if tuner is None or setting is None:
+                    raise
+                lent = tuner.lend()
+                with lent:
+                    it, iter_ns = self._open_iterator()
         finally:
             if tuner is not None:
                 tuner.after_iter()
             self.start()  # NOTE [ Started after the fork ]
+        if tuner is not None:
+            tuner.opened(it)
         windowed = None if tuner is None else tuner.windowed(it, lent, epoch, lambda: self._open_iterator()[0])
         probe = None
         if getattr(self.loader, "num_workers", 0):
@@ -287,6 +297,8 @@ class Session:
             self.start()  # a run never iterated is recorded all the same, with 0 batches
         except RuntimeError:  # at exit, where Python 3.12+ starts no thread: nothing was recorded, nothing to end
             return
+        if self.tuner is not None:
+            self.tuner.ending = True  # an epoch ended now may be cut short: NOTE [ Trials never hurt ]
         self.end_open_epochs()
         if self.tuner is not None:
             self.tuner.finish()
@@ -296,12 +308,3 @@ class Session:
         if threading.current_thread() is not self.monitor:
             self.monitor.join(timeout_s)
         exits.unregister(self)
-
-
-def torch_threads() -> tuple[int, int] | None:
-    """(intra-op, inter-op) threads of torch in this process, if torch is imported; recorded each epoch."""
-    torch = sys.modules.get("torch")
-    try:
-        return int(torch.get_num_threads()), int(torch.get_num_interop_threads())  # type: ignore[union-attr]
-    except Exception:  # noqa: BLE001 - no torch, or one without these
-        return None

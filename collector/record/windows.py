@@ -164,7 +164,9 @@ class Windowed:
     the window that ended and returns the setting the next runs at where the
     loader must be restarted for it (else None). ``restart(windowed, setting)``
     does that through ``open_iterator`` and returns the new iterator, or None
-    where it could not.
+    where it could not. ``recover(windowed, exc)``, where next() raised: the
+    iterator to fetch the same batch from again, or None where the error is
+    the loop's (NOTE [ Trials never hurt ] in collector/record/tuning_windows.py).
     """
 
     def __init__(
@@ -176,6 +178,7 @@ class Windowed:
         boundary: Callable[[int, int, int, int], Setting | None],
         restart: Callable[[Windowed, Setting], Iterator[Any] | None],
         open_iterator: Callable[[], Iterator[Any]],
+        recover: Callable[[Windowed, BaseException], Iterator[Any] | None] | None = None,
     ) -> None:
         self.inner = inner
         self.recorded = recorded
@@ -185,8 +188,10 @@ class Windowed:
         self.next_ns = t_start_ns + int(first_window_s * 1e9)
         self._boundary = boundary
         self._restart = restart
+        self._recover = recover
         self.open_iterator = open_iterator  # the session's: the loader's iter() with the workers' timing hook
         self.retarget: Callable[[Any], None] | None = None  # the loop's probe follows a restart
+        self.recovered: Callable[[], None] | None = None  # the batch came at the setting gone back to
 
     def __iter__(self) -> Windowed:
         return self
@@ -196,11 +201,34 @@ class Windowed:
             self._cross()
         try:
             batch = next(self.inner)
-        finally:  # a batch that raises is handed out too; at the end nothing is pending
-            if self.recorded is not None:
-                self.recorded.handed_out()
+        except StopIteration:
+            self._handed_out()
+            raise
+        except Exception as exc:
+            inner = None if self._recover is None else self._recover(self, exc)
+            if inner is None:
+                self._handed_out()  # a batch that raises is handed out too
+                raise
+            self._follow(inner)  # the same batch again, at the setting it went back to
+            try:
+                batch = next(self.inner)
+            finally:
+                self._handed_out()
+            if self.recovered is not None:
+                self.recovered()  # it came: the error was the trial's
+        else:
+            self._handed_out()
         self.idx += 1
         return batch
+
+    def _handed_out(self) -> None:
+        if self.recorded is not None:
+            self.recorded.handed_out()
+
+    def _follow(self, inner: Iterator[Any]) -> None:
+        self.inner = inner
+        if self.retarget is not None:
+            self.retarget(inner)
 
     def _cross(self) -> None:
         now = time.perf_counter_ns()
@@ -210,9 +238,7 @@ class Windowed:
         if setting is not None:
             inner = self._restart(self, setting)
             if inner is not None:
-                self.inner = inner
-                if self.retarget is not None:
-                    self.retarget(inner)
+                self._follow(inner)
 
     def remaining(self) -> Recorded:
         """The index sampler for the rest of this epoch: drawn and not handed out, then the rest of the draw."""

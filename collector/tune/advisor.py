@@ -103,12 +103,16 @@ class Advisor:
         correction: float = 1.0,
         seen: int | None = None,
         edges: list[tuple[float, float, float]] | None = None,
+        fixed_threads: bool = False,
+        missed: Setting | None = None,
     ) -> None:
         """Send a question about the run once ``epoch`` is in the file (None: a window, now); answered by a later ``poll``.
 
         ``seen`` (the policy's segments measured) comes back with the answer. ``edges``: the
         training process's (wall time, CPU s, run-queue s) at the epoch's start and end
-        (NOTE [ The first question ] in collector/tune/propose.py).
+        (NOTE [ The first question ] in collector/tune/propose.py). ``fixed_threads``: another loader
+        of the job owns torch's threads (NOTE [ One tuner for the job ] in collector/record/tuning_job.py).
+        ``missed``: the last trial's setting, where it measured no gain (NOTE [ After a miss ] in propose.py).
         """
         question = {
             "db": db,
@@ -117,6 +121,8 @@ class Advisor:
             "current": asdict(current),
             "tried": [asdict(s) for s in tried],
             "fixed_workers": fixed_workers,
+            "fixed_threads": fixed_threads,
+            "missed": None if missed is None else asdict(missed),
             "correction": correction,
             "seen": seen,
             "edges": edges,
@@ -200,6 +206,7 @@ def _decode(line: bytes) -> Proposal | NothingPays:
             low=float(answer["low"]),
             high=float(answer["high"]),
             seen=seen,
+            between=bool(answer.get("between", False)),
         )
     except (ValueError, KeyError, TypeError) as exc:
         raise AdvisorError(f"the tuner's helper answered {line[:200]!r}") from exc
@@ -222,6 +229,8 @@ def serve() -> None:
                 setting_from(q["current"]),
                 [setting_from(s) for s in q["tried"]],
                 fixed_workers=bool(q["fixed_workers"]),
+                fixed_threads=bool(q.get("fixed_threads", False)),
+                missed=None if q.get("missed") is None else setting_from(q["missed"]),
                 epoch=q.get("epoch"),
                 correction=float(q.get("correction", 1.0)),
                 edges=q.get("edges"),

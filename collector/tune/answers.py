@@ -34,6 +34,7 @@ class Proposal:
     high: float
     correction: float = 1.0
     seen: int | None = None  # segments measured when the helper was asked (None: not known)
+    between: bool = False  # between settings measured: ranked by their models, not corrected (NOTE [ After a miss ])
 
     def corrected(self, speedup: float) -> float:
         """A speed-up of the model's with its gain scaled by ``correction``."""

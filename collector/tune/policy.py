@@ -5,12 +5,12 @@ from __future__ import annotations
 import dataclasses
 import statistics
 from dataclasses import dataclass, field
-from typing import Any
 
 from collector.diagnosis.model import Setting
 from collector.diagnosis.tuned_line import line
-from collector.tune.answers import NothingPays, Proposal, setting_json
+from collector.tune.answers import NothingPays, Proposal
 from collector.tune.every import DEFAULT_EVERY
+from collector.tune.trial import Segment, Trial
 
 # NOTE [ Live tuning ]
 # A prediction carries the machine's noise (about 12% run to run on a shared
@@ -88,60 +88,6 @@ def settled_by(seen: int | None) -> bool:
     return seen is None or seen > WARMUP_SEGMENTS
 
 
-@dataclass(frozen=True)
-class Trial:
-    """One trial, measured: a row of the trials table."""
-
-    epoch: int
-    start_idx: int  # 0: a whole epoch; else the batch a window of a long epoch started at
-    batches: int
-    started_at: float
-    ended_at: float
-    setting: Setting
-    baseline: Setting
-    proposal: Proposal
-    measured: float  # baseline's seconds a batch / the trial's
-    noise: float
-    kept: bool
-    why: str
-
-    def row(self) -> tuple[Any, ...]:
-        """In TRIAL_COLUMNS order (collector/store/schema.py)."""
-        p = self.proposal
-        return (
-            self.epoch,
-            self.start_idx,
-            self.batches,
-            self.started_at,
-            self.ended_at,
-            setting_json(self.setting),
-            setting_json(self.baseline),
-            p.corrected(p.predicted),
-            p.corrected(p.low),
-            p.corrected(p.high),
-            self.measured,
-            self.noise,
-            int(self.kept),
-            self.why,
-        )
-
-
-@dataclass(frozen=True)
-class Segment:
-    """A measured stretch of the loop at one setting: an epoch, or a window of a long one."""
-
-    epoch: int
-    start_idx: int
-    batches: int
-    seconds: float
-    started_at: float  # wall clock, for the record
-    ended_at: float
-
-    @property
-    def per_batch_s(self) -> float:
-        return self.seconds / max(1, self.batches)
-
-
 @dataclass
 class Policy:
     """The tuner's decisions, with no clock and no loader: segments in, the next setting and trials out."""
@@ -197,11 +143,11 @@ class Policy:
             return self.current, None
         if proposal is None or proposal.baseline != self.current or proposal.setting in self.tried:
             return self.current, None
-        proposal = dataclasses.replace(proposal, correction=self.correction())
+        proposal = dataclasses.replace(proposal, correction=1.0 if proposal.between else self.correction())
         if proposal.corrected(proposal.predicted) <= 1.0 + self.noise(self.current, not settled_by(proposal.seen)):
             if settled_by(proposal.seen):
                 self.done = (
-                    f"no setting is predicted to beat {_describe(self.current)} by more than its noise "
+                    f"no setting is predicted to beat {describe(self.current)} by more than its noise "
                     f"(best: {proposal.described()})"
                 )
             return self.current, None
@@ -214,11 +160,18 @@ class Policy:
 
     def correction(self) -> float:
         """The trials' measured gains over the model's predicted ones, bounded. See NOTE [ Measurement steers the model ]."""
-        predicted = sum(t.proposal.predicted - 1.0 for t in self.trials)
+        judged = [t for t in self.trials if t.measured is not None]
+        predicted = sum(t.proposal.predicted - 1.0 for t in judged)
         if predicted <= 0.0:
             return 1.0
-        measured = sum(t.measured - 1.0 for t in self.trials)
+        measured = sum(t.measured - 1.0 for t in judged if t.measured is not None)
         return min(MAX_CORRECTION, max(MIN_CORRECTION, measured / predicted))
+
+    @property
+    def missed(self) -> Setting | None:
+        """The last trial's setting where it measured no gain and none was kept after it (NOTE [ After a miss ])."""
+        last = self.trials[-1] if self.trials else None
+        return None if last is None or last.kept or last.measured is None else last.setting
 
     def nothing_pays(self, answer: NothingPays) -> None:
         """The model found no untried setting above 1.0: tuning ends with the current setting, once settled."""
@@ -244,11 +197,11 @@ class Policy:
         noise = self.noise(self.current)
         kept = speedup > 1.0 + noise
         if kept:
-            why = f"measured {speedup:.2f}x, more than the {noise:.0%} variation of {_describe(self.current)}"
+            why = f"measured {speedup:.2f}x, more than the {noise:.0%} variation of {describe(self.current)}"
         elif speedup >= 1.0:
-            why = f"measured {speedup:.2f}x, within the {noise:.0%} variation of {_describe(self.current)}"
+            why = f"measured {speedup:.2f}x, within the {noise:.0%} variation of {describe(self.current)}"
         else:
-            why = f"measured {speedup:.2f}x: slower than {_describe(self.current)}"
+            why = f"measured {speedup:.2f}x: slower than {describe(self.current)}"
         why += f"; {proposal.described()}"
         trial = Trial(
             epoch=segment.epoch,
@@ -272,18 +225,62 @@ class Policy:
             self.done = f"{MAX_TRIALS} trials made"
         return trial
 
+    @property
+    def trying(self) -> Proposal | None:
+        """The trial in force now, from its first segment to its judgement."""
+        return self._trial
+
+    def abandon(self, epoch: int, start_idx: int, why: str, wall_now: float) -> Trial | None:
+        """The trial in force ends unjudged: the current setting stands, the trial is never tried again.
+
+        Its workers failed, or its epoch ended early (NOTE [ Trials never hurt ]); its row says why.
+        """
+        proposal, self._trial, self._warm = self._trial, None, False
+        if proposal is None:
+            return None
+        trial = Trial(
+            epoch=epoch,
+            start_idx=start_idx,
+            batches=0,
+            started_at=wall_now,
+            ended_at=wall_now,
+            setting=proposal.setting,
+            baseline=self.current,
+            proposal=proposal,
+            measured=None,
+            noise=self.noise(self.current),
+            kept=False,
+            why=f"not judged: {why}; {proposal.described()}",
+        )
+        self.trials.append(trial)
+        if len(self.trials) >= MAX_TRIALS and self.done is None:
+            self.done = f"{MAX_TRIALS} trials made"
+        return trial
+
     def _next_trial_at(self) -> int:
         """The first segment (a count of measured ones) a trial may run in."""
         return self._trial_at[-1] + max(1, self.every) if self._trial_at else BASELINE_EPOCHS
 
+    def rethread(self, threads: int) -> None:
+        """Another loader of the job changed torch's threads (NOTE [ One tuner for the job ]): this one's
+        settings run at ``threads`` now, and what it measured at the old count is no sample of them."""
+        self.start, self.current = self.start.but(threads=threads), self.current.but(threads=threads)
+        self.tried = {s.but(threads=threads) for s in self.tried}
+        self._times = {}
+
     # -- the result -----------------------------------------------------------
+
+    def median_s(self, setting: Setting) -> float | None:
+        """A setting's median seconds a batch over its steady segments; None where it has none."""
+        times = self._times.get(setting)
+        return statistics.median(times) if times else None
 
     def measured_speedup(self) -> float | None:
         """The start setting's median seconds a batch over the current one's: None where either is unmeasured."""
-        start, now = self._times.get(self.start), self._times.get(self.current)
-        if not start or not now:
+        start, now = self.median_s(self.start), self.median_s(self.current)
+        if start is None or now is None:
             return None
-        return statistics.median(start) / max(statistics.median(now), 1e-12)
+        return start / max(now, 1e-12)
 
     def summary(self) -> str | None:
         """The line printed at the end of a tuned run (the report's ``tuned``), or None where nothing was kept."""
@@ -298,7 +295,8 @@ def _starts_workers(baseline: Setting, setting: Setting) -> bool:
     return setting.persistent_workers and baseline.but(threads=setting.threads) != setting
 
 
-def _describe(setting: Setting) -> str:
+def describe(setting: Setting) -> str:
+    """A setting in words: ``num_workers=2, prefetch_factor=2, 2 threads``."""
     parts = [f"num_workers={setting.num_workers}"]
     if setting.num_workers:
         parts.append(f"prefetch_factor={setting.prefetch_factor}")

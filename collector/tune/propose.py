@@ -9,9 +9,9 @@ from typing import Any
 
 import pandas as pd
 
-from collector.diagnosis import rules_memory
+from collector.diagnosis import rules_memory, rules_workers
 from collector.diagnosis.build import build_model, parallel_share_between
-from collector.diagnosis.choose import MAX_CANDIDATE_WORKERS, candidates, choose, predict
+from collector.diagnosis.choose import candidates, choose, predict
 from collector.diagnosis.data import RunData, load_run
 from collector.diagnosis.model import EpochModel, Setting
 from collector.diagnosis.stats import measure
@@ -60,6 +60,27 @@ SHARED_WORKERS_PER_CORE = 2  # beside others' load: the articles' most, "1-2x ph
 # the report does.
 
 
+# NOTE [ After a miss ]
+# A trial that measured no gain says where the model is wrong, not that
+# nothing pays: on the course pipeline's light class (2 cores, from no
+# workers) the first trial, 8 persistent workers predicted 1.33x, measured
+# 0.80x; the correction then scaled every gain by a third, nothing cleared
+# the noise, and the 2 persistent workers on 1 thread that measure 1.25x
+# were never tried. So after a miss the next candidates come from what was
+# measured: the settings between the current one and the missed one (fewer
+# workers than the trial's, on either thread count, persistent or not),
+# ranked by the models of every measured setting (NOTE [ Seen from every
+# measured setting ]) with no correction (``between``), since both ends of
+# that span are measurements of this job; a trial there still has to
+# measure faster than the current setting's noise to be kept. Where none
+# lies between, the corrected model ranks everything, as before.
+# And no first trial goes far beyond the cores without evidence: CPU-bound
+# loading on a quiet machine may try SHARED_WORKERS_PER_CORE a physical
+# core, or twice the workers the job already runs ("raise while watching
+# until it plateaus", ../shared/SOURCES.md), so more workers come a step at
+# a time, each step measured.
+
+
 def propose(
     db: str,
     run_id: int,
@@ -67,6 +88,8 @@ def propose(
     tried: list[Setting],
     *,
     fixed_workers: bool,
+    fixed_threads: bool = False,
+    missed: Setting | None = None,
     epoch: int | None = None,
     correction: float = 1.0,
     edges: list[list[float]] | None = None,
@@ -110,12 +133,15 @@ def propose(
     most_threads = max(t.threads for t in [current, *tried])  # the job's own: the tuner never adds threads
     allowed = [
         s
-        for s in tuner_candidates(model, threads=most_threads, physical_cores=facts.physical_cores)
-        if s not in done and not (fixed_workers and s.num_workers != current.num_workers)
+        for s in tuner_candidates(model, most_threads, facts.physical_cores, deeper_queue(data, facts, model))
+        if s not in done
+        and not (fixed_workers and s.num_workers != current.num_workers)
+        and not (fixed_threads and s.threads != current.threads)
     ]
     if not allowed:
         return {"none": "every setting worth trying was tried"}
-    ranked, _ = choose(steered(model, correction, vantages), [current, *allowed])
+    between = [s for s in allowed if missed is not None and _between(s, current, missed)]  # NOTE [ After a miss ]
+    ranked, _ = choose(steered(model, 1.0 if between else correction, vantages), [current, *(between or allowed)])
     chosen = predict(steered(model, 1.0, vantages), ranked.setting)  # uncorrected: the policy corrects it
     if chosen.setting == current or not chosen.changes or chosen.speedup <= 1.0:
         return {"none": f"no untried setting is predicted to beat the current one (best {ranked.speedup:.2f}x)"}
@@ -125,7 +151,14 @@ def propose(
         "predicted": chosen.speedup,
         "low": chosen.low,
         "high": chosen.high,
+        "between": bool(between),
     }
+
+
+def _between(setting: Setting, current: Setting, missed: Setting) -> bool:
+    """A setting whose worker count lies from the current one's up to, not at, the missed trial's."""
+    low, high = sorted((current.num_workers, missed.num_workers))
+    return setting != current and low <= setting.num_workers <= high and setting.num_workers != missed.num_workers
 
 
 def with_edges(data: RunData, edges: list[list[float]]) -> RunData:
@@ -176,7 +209,15 @@ def with_measured_share(model: EpochModel, others: list[tuple[int, EpochModel]])
     return model if share is None else dataclasses.replace(model, measured_share=share)
 
 
-def tuner_candidates(model: EpochModel, threads: int | None = None, physical_cores: int | None = None) -> list[Setting]:
+def deeper_queue(data: RunData, facts: Any, model: EpochModel) -> int | None:
+    """The prefetch_factor the report would try (its prefetch_too_shallow rule's), where the rule finds bursts."""
+    symptom = rules_workers.prefetch_too_shallow(data, facts, model)
+    return None if symptom is None else int(symptom.metrics["suggested_prefetch_factor"])
+
+
+def tuner_candidates(
+    model: EpochModel, threads: int | None = None, physical_cores: int | None = None, prefetch: int | None = None
+) -> list[Setting]:
     """The diagnosis's candidates, more workers than its cap (the trial measures them), the job's threads back.
 
     ``candidates`` stops CPU-bound loading at a worker a core and one more:
@@ -184,10 +225,12 @@ def tuner_candidates(model: EpochModel, threads: int | None = None, physical_cor
     see. The tuner measures before it keeps, so it may go past that cap,
     and keeps only what measures faster:
     - on a quiet machine (other processes kept under QUIET_CORES busy), up
-      to the count memory allows. bench/bench_tune.py's photo pipeline, its
-      persistent epochs of 8 batches, ran 0.93 s with 8 workers and 1.09 s
-      with 2 at 2 threads (4 interleaved rounds); the model played them at
-      0.91 s and 1.06 s, and the report, capped, never names the faster one;
+      to SHARED_WORKERS_PER_CORE a physical core or twice the workers the
+      job runs now, whichever is more, within what memory allows: a step at
+      a time (NOTE [ After a miss ]). bench/bench_tune.py's photo pipeline,
+      its persistent epochs of 8 batches, ran 0.93 s with 8 workers and
+      1.09 s with 2 at 2 threads (4 interleaved rounds): 4 are tried first,
+      8 once 4 measured faster; the report, capped, never names either;
     - beside other processes' load, up to SHARED_WORKERS_PER_CORE workers
       a physical core the job may use, the most of the articles' range
       (1-2x physical cores, "raise while watching until it plateaus"): each
@@ -207,12 +250,14 @@ def tuner_candidates(model: EpochModel, threads: int | None = None, physical_cor
     to that many come back as candidates (the model plays them by Amdahl's
     law, NOTE [ Intra-op threads ]). The photo pipeline's best settings hold
     2 threads; a kept trial of 1 thread otherwise never found its way back.
-    The report never suggests more threads than the job set.
+    The report never suggests more threads than the job set. ``prefetch``: a
+    deeper queue to try, where the report's prefetch_too_shallow rule finds
+    the loop's waits come in bursts (``deeper_queue``), as the report does.
     """
-    listed = candidates(model)
+    listed = candidates(model, prefetch=prefetch)
     own, top = model.recorded.num_workers, max(s.num_workers for s in listed)
     shared = SHARED_WORKERS_PER_CORE * int(min(physical_cores or model.cores, model.cores))  # of those it may use
-    ceiling = MAX_CANDIDATE_WORKERS if model.others_busy < QUIET_CORES else max(own, shared)
+    ceiling = max(shared, 2 * own) if model.others_busy < QUIET_CORES else max(own, shared)  # NOTE [ After a miss ]
     wider = set(range(top + 1, min(ceiling, model.max_workers) + 1))
     if top < own <= model.max_workers:
         wider.add(own)
