@@ -1,33 +1,35 @@
-"""Advice inside the pipeline: each rule from a stage table, priced by the model of a real recorded run."""
+"""Advice inside the pipeline: each rule from a stage table, priced by the one prediction model."""
 
 from __future__ import annotations
 
 import pytest
-from fixture_datasets import SpinningDataset
-from torch.utils.data import DataLoader
 
-import collector
-from collector.diagnosis.build import build_model
-from collector.diagnosis.data import load_run
+from collector.diagnosis.calibration import C
+from collector.diagnosis.model import EpochModel
 from collector.diagnosis.replay import DraftGain
 from collector.diagnosis.report_types import StageRow
 from collector.diagnosis.rules_stages import price, stage_advice
+from collector.diagnosis.setting import Setting
 from collector.diagnosis.stages import StageFacts, Stages
-from collector.diagnosis.stats import measure
 
 
-@pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    """The model of a starved run: one worker burning 4 ms of CPU a sample, a loop that only iterates."""
-    db = str(tmp_path_factory.mktemp("advice") / "stallwatch.sqlite")
-    loader = DataLoader(SpinningDataset(96, spin_s=0.004), batch_size=4, num_workers=1)
-    with collector.watch(loader, db=db, gpu_hz=0, host_hz=0, stages=False) as watched:
-        for _ in range(2):
-            for _ in watched:
-                pass
-    built = build_model(measure(load_run(db)))
-    assert built is not None
-    return built
+@pytest.fixture
+def model() -> EpochModel:
+    """Input-bound on loading's CPU: one worker takes 40 ms of CPU a batch, the step 10 ms, on 4 idle cores."""
+    return EpochModel(
+        cores=4.0,
+        background=0.0,
+        step_work_s=0.002,
+        step_threads=1.0,
+        step_blocked_s=0.008,
+        handoff_s=0.0005,
+        load_cpu_s=0.040,
+        load_blocked_s=0.002,
+        epoch_batches=500,
+        start_per_worker_s=C.START_PER_WORKER_S,
+        end_per_worker_s=C.END_PER_WORKER_S,
+        recorded=Setting(1, 1, 2, True),
+    )
 
 
 def stage(name: str, share: float, *, cpu: float = 1.0, pixels_in=None, pixels_out=None) -> StageFacts:
