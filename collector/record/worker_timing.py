@@ -258,10 +258,10 @@ class TimedFetcher:
         delattr(self._inner, name)
 
     def fetch(self, *args: Any, **kwargs: Any) -> Any:
-        stages = self._stages
-        timed = stages is not None and stages.begin()  # NOTE [ Stage timing ]
         t0 = time.perf_counter()
         s0 = self._read()
+        stages = self._stages  # inside this fetch's own clock reads: NOTE [ Stage timing ]
+        timed = stages is not None and stages.begin()
         try:
             data = self._inner.fetch(*args, **kwargs)
         except StopIteration:
@@ -269,13 +269,13 @@ class TimedFetcher:
                 stages.abandon()
             raise  # the end of an IterableDataset: no batch, not counted
         except Exception as exc:  # noqa: BLE001 - handed on as torch's worker loop would
-            self._record(t0, s0)
             if stages is not None:
                 stages.abandon()
+            self._record(t0, s0)
             return worker_failure(exc, self._worker_id, sys._getframe(1))
-        self._record(t0, s0)
         if stages is not None:
             stages.finish(timed, args)
+        self._record(t0, s0)
         return data
 
     def _record(self, t0: float, s0: bytes | float) -> None:
