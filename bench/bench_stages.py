@@ -2,7 +2,7 @@
 
     python bench/bench_stages.py cost [--rounds 5] [--batches 40] [--hog]
     python bench/bench_stages.py shares [--transform light|heavy]
-    python bench/bench_stages.py draft [--rounds 5]
+    python bench/bench_stages.py draft [--rounds 5] [--torchvision]
 
 ``cost``: the photo pipeline (bench/pipelines.py, 512-px JPEGs, 2 workers) recorded with ``stages=True`` and
 ``stages=False``, interleaved; the figure is the workers' CPU a sample (their whole lives, from the file's
@@ -134,22 +134,51 @@ def shares(args: argparse.Namespace, root: Path, db: str) -> None:
     )
 
 
+class TorchvisionFolder(pipelines.JpegFolder):
+    """The light photo pipeline through torchvision: Compose([Resize(64), ToTensor()]); ``draft`` applies the advice."""
+
+    def __init__(self, root: Path, draft: bool = False) -> None:
+        from torchvision import transforms as T
+
+        super().__init__(root, "light")
+        self.draft = draft
+        self.pipeline = T.Compose([T.Resize(pipelines.INPUT_PX), T.ToTensor()])
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        path, label = self.items[index]
+        with Image.open(path) as raw:
+            if self.draft:
+                raw.draft("RGB", (pipelines.INPUT_PX, pipelines.INPUT_PX))
+            image = raw.convert("RGB")
+        return self.pipeline(image), label
+
+
 def draft(args: argparse.Namespace, root: Path, db: str) -> None:
     files = tuple(str(path) for path, _ in pipelines.JpegFolder(root).items[:8])
     gain = replay_draft(files, pipelines.INPUT_PX)
     assert gain is not None
+
+    def dataset(drafted: bool) -> pipelines.JpegFolder:
+        if args.torchvision:
+            return TorchvisionFolder(root, drafted)
+        return DraftFolder(root, args.transform) if drafted else pipelines.JpegFolder(root, args.transform)
+
     measured = []
     for _ in range(args.rounds):
-        _, full = record(pipelines.JpegFolder(root, args.transform), db, args.batches, False)
-        _, drafted = record(DraftFolder(root, args.transform), db, args.batches, False)
+        _, full = record(dataset(False), db, args.batches, False)
+        _, drafted = record(dataset(True), db, args.batches, False)
         measured.append(full / drafted)
-    table = stages(Reader(db).worker_stages(record(pipelines.JpegFolder(root, args.transform), db, 8, True)[0]))
-    decode = sum(f.row.share for f in table.get("PIL decode")) if table else float("nan")
-    predicted = 1 / (1 - decode * gain.saving)
+    table = stages(Reader(db).worker_stages(record(dataset(False), db, args.batches, True)[0]))
+    assert table is not None
+    decoded = max(f.pixels_out or 0.0 for f in table.get("PIL decode"))
+    parts = table.get("PIL decode") + [f for f in table.get("transform ") if (f.pixels_in or 0.0) >= decoded / 2]
+    share = sum(f.cpu_s or 0.0 for f in parts) / table.fetch_cpu_s
+    predicted = 1 / (1 - share * gain.saving)
     print(
-        f"replayed: the draft saves {gain.saving:.0%} of a decode ({gain.files} files); decode is {decode:.0%} of "
-        f"the workers' time: production {predicted:.2f}x faster predicted, {statistics.median(measured):.2f}x "
-        f"measured (CPU a sample, median of {args.rounds} interleaved rounds)"
+        f"replayed: the draft saves {gain.saving:.0%} of a decode and shrink ({gain.files} files); "
+        f"{', '.join(f.row.stage for f in parts)}: {share:.0%} of the workers' CPU: production "
+        f"{predicted:.2f}x faster predicted, {statistics.median(measured):.2f}x measured (CPU a sample, "
+        f"median of {args.rounds} interleaved rounds: {', '.join(f'{m:.2f}' for m in measured)})"
     )
 
 
@@ -160,6 +189,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=40)
     parser.add_argument("--transform", choices=tuple(pipelines.TRANSFORMS), default="light")
     parser.add_argument("--hog", action="store_true")
+    parser.add_argument("--torchvision", action="store_true", help="draft: the pipeline through torchvision's Compose")
     parser.add_argument("--images", default=str(Path(tempfile.gettempdir()) / "stallwatch-bench-jpegs"))
     args = parser.parse_args()
     root = pipelines.make_jpegs(args.images, args.batches * 16)

@@ -70,7 +70,7 @@ def test_a_large_decode_shrunk_afterwards_is_advised_to_decode_smaller_with_its_
     decode = next(s for s in found if s.parameter == "decode_size")
     low, high = decode.expected_speedup_range
     assert 1.1 <= low <= decode.expected_speedup <= high
-    assert "saved 60% of the decode" in decode.reason and "Pixels change slightly" in decode.reason
+    assert "saved 60% of the decode and shrink" in decode.reason and "Pixels change slightly" in decode.reason
     assert decode.suggested == 'img.draft("RGB", (64, 64)) before load'
 
 

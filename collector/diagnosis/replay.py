@@ -15,7 +15,8 @@ from dataclasses import dataclass
 # it: a helper process (never the training process, never a worker) decodes
 # the files the workers named (rows "file <path>", NOTE [ Stage hooks ])
 # full size and with ``draft("RGB", size)`` at the pipeline's output size,
-# interleaved, best of ROUNDS each, and reports both times. The pixels of a
+# each then resized to that size (what the pipeline does next, now from a
+# smaller image), interleaved, best of ROUNDS each, and reports both times. The pixels of a
 # drafted decode differ slightly from a full decode resized (the DCT scales
 # instead of the resampling filter), which the advice says. No file, no PIL,
 # or a helper that fails or runs past TIMEOUT_S: no measurement, and the
@@ -39,7 +40,7 @@ for path in paths:
                 with Image.open(path) as im:
                     if which:
                         im.draft("RGB", (side, side))
-                    im.load()
+                    im.convert("RGB").resize((side, side))
                 best[which] = min(best[which], time.process_time() - t)
         full += best[0]
         draft += best[1]
@@ -52,7 +53,7 @@ print(json.dumps({"full_s": full, "draft_s": draft, "files": done}))
 
 @dataclass(frozen=True)
 class DraftGain:
-    """Replayed decode times, summed over the files: full size and drafted."""
+    """Replayed decode-and-shrink times, summed over the files: full size and drafted."""
 
     full_s: float
     draft_s: float
@@ -60,7 +61,7 @@ class DraftGain:
 
     @property
     def saving(self) -> float:
-        """The share of a decode's time the draft saves, 0..1."""
+        """The share of a decode and its shrink the draft saves, 0..1."""
         return max(0.0, 1.0 - self.draft_s / self.full_s) if self.full_s > 0 else 0.0
 
 

@@ -106,10 +106,11 @@ def _decode_smaller(
     if gain is None or gain.saving <= 0:
         return None
     g = gain.saving
+    full_size = [f for f in st.get("transform ") if (f.pixels_in or 0.0) >= decoded / 2]  # the shrink and before
     return _priced(
         model,
         st,
-        decodes,
+        decodes + full_size,
         g,
         g * 0.75,
         min(1.0, g * 1.25),
@@ -118,8 +119,9 @@ def _decode_smaller(
         suggested=f'img.draft("RGB", ({int(math.sqrt(out))}, {int(math.sqrt(out))})) before load',
         reason=(
             f"JPEG decode takes {share:.0%} of the workers' time at {decoded / 1e6:.2f} Mpx an image, "
-            f"{decoded / out:.0f}x the pixels the pipeline keeps; decoding {gain.files} of your files both ways "
-            f"saved {g:.0%} of the decode. Pixels change slightly (the DCT scales instead of the resize filter)"
+            f"{decoded / out:.0f}x the pixels the pipeline keeps; decoding {gain.files} of your files both ways, "
+            f"each shrunk to that size, saved {g:.0%} of the decode and shrink. Pixels change slightly (the DCT "
+            "scales instead of the resize filter)"
         ),
     )
 
