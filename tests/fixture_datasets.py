@@ -159,3 +159,20 @@ def write_jpegs(folder: str, count: int, side: int) -> list[str]:
         Image.fromarray(pixels.astype(np.uint8)).save(path, "JPEG", quality=90)
         paths.append(path)
     return paths
+
+
+def nap(seconds: float) -> None:
+    """Waits ``seconds`` (as a read from slow storage would): a user's own function for the stack sampler to find."""
+    time.sleep(seconds)
+
+
+class NappingDataset(SlowDataset):
+    """Each sample waits ``nap_s`` in ``nap``: no torchvision, no PIL, no CPU."""
+
+    def __init__(self, length: int, nap_s: float) -> None:
+        super().__init__(length)
+        self.nap_s = nap_s
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        nap(self.nap_s)
+        return torch.tensor([float(index)])

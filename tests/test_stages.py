@@ -6,7 +6,7 @@ import multiprocessing
 
 import pytest
 import torch
-from fixture_datasets import JpegFiles, SpinningDataset, write_jpegs
+from fixture_datasets import JpegFiles, NappingDataset, SpinningDataset, write_jpegs
 from torch.utils.data import DataLoader
 
 import collector
@@ -109,3 +109,24 @@ def test_the_report_shows_the_stage_table(db_path, jpegs):
     assert all(set(row) == {"stage", "calls", "ms_per_sample", "share", "cpu_share"} for row in stages)
     assert sum(row["share"] for row in stages if row["stage"] != "hand-over") == pytest.approx(1.0, abs=0.05)
     assert [row["share"] for row in stages] == sorted((row["share"] for row in stages), reverse=True)
+
+
+def test_without_workers_a_sampler_beside_the_training_thread_fills_the_table(db_path):
+    loader = DataLoader(NappingDataset(48, nap_s=0.01), batch_size=4, num_workers=0)
+    run_id, batches = record(loader, db_path, epochs=2)
+    assert len(batches) == 24
+    stages = by_stage(db_path, run_id)
+    fetch, nap = stages["fetch"], stages["code fixture_datasets.py:nap"]
+    assert (fetch.worker_id == -1).all()
+    assert fetch.samples.sum() > 0
+    assert nap.wall_s.sum() > 0.5 * fetch.wall_s.sum()  # the waiting is the fetch's time
+    assert nap.cpu_s.sum() < 0.5 * nap.wall_s.sum()  # and it is not CPU
+
+
+def test_without_workers_stages_false_starts_no_sampler(db_path):
+    import threading
+
+    before = set(threading.enumerate())
+    run_id, _ = record(DataLoader(SpinningDataset(8, spin_s=0.001), batch_size=4), db_path, stages=False)
+    assert Reader(db_path).worker_stages(run_id).empty
+    assert not [t for t in set(threading.enumerate()) - before if t.name == "sw-stages"]

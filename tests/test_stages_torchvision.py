@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 import torch
@@ -119,3 +120,19 @@ def test_decode_at_reduced_size_is_advised_with_its_replayed_gain(db_path, jpegs
         low, high = decode[0].expected_speedup_range
         assert low <= decode[0].expected_speedup <= high
         assert "Pixels change slightly" in decode[0].reason
+
+
+def nap_step(image):
+    time.sleep(0.005)
+    return image
+
+
+def test_without_workers_the_sampler_names_the_compose_step(db_path, jpegs):
+    T = torchvision_transforms()
+    pipeline = T.Compose([T.Resize(32), T.Lambda(nap_step), T.ToTensor()])
+    loader = DataLoader(JpegFiles(jpegs * 4, transform=pipeline), batch_size=4, num_workers=0)
+    run_id, batches = record(loader, db_path, epochs=2)
+    assert len(batches) == 24
+    rows = stage_rows(db_path, run_id)
+    assert rows.loc["transform 1 Lambda", "wall_s"] > 0.3 * rows.loc["fetch", "wall_s"]
+    assert "PIL decode JPEG" in rows.index

@@ -256,11 +256,11 @@ class Monitor(threading.Thread):
             self._dirty_epochs.add(epoch)
 
     def _drain_fetches(self) -> list[bytes]:
-        retired = self.shared.retired_rings  # rings a tuner's larger worker count replaced
-        rings = self.shared.timing_rings
+        retired, rings = self.shared.retired_rings, self.shared.timing_rings  # retired: a tuner's more workers'
         every = [retired.pop(0) for _ in range(len(retired))] + ([rings] if rings is not None else [])
         segments = [part for each in every for part in each.drain()]
-        self._stages += [row for each in every if each.boards is not None for row in each.boards.drain()]
+        sources = [each.boards for each in every if each.boards is not None] + self.shared.stage_sources
+        self._stages += [row for source in sources for row in source.drain()]
         if rings is not None and rings.lost:
             self.warn("timing-lost", f"{rings.lost} worker fetch timings were overwritten before they were read")
         return segments

@@ -23,6 +23,7 @@ from collector.record.load_clock import LoadClock
 from collector.record.monitor import Monitor
 from collector.record.plain_loop import plain_loop
 from collector.record.runinfo import command_line, distributed, job_id, loader_config, resumes, torch_threads, versions
+from collector.record.stage_main import follow_in_process
 from collector.record.worker_timing import TimingRings, WorkerHook
 from collector.sample.host import host_facts
 from collector.sample.sampler import Rates
@@ -205,18 +206,17 @@ class Session:
             self.monitor.warn("worker-timing", unsupported)
         if not workers or not hasattr(loader, "worker_init_fn") or unsupported is not None:
             t0 = time.perf_counter_ns()
-            return self._iterate(loader), time.perf_counter_ns() - t0
-        # Worker processes that start in iter() get the timing hook for this
-        # call only, so the user's loader keeps its own worker_init_fn; workers
-        # that already run (persistent ones) keep the hook they started with.
-        # See NOTE [ Worker timing ].
+            it = self._iterate(loader)
+            iter_ns = time.perf_counter_ns() - t0
+            return (follow_in_process(self.shared, it, loader) if self.stages and not workers else it), iter_ns
+        # Workers that start in iter() get the timing hook for this call only (the loader keeps its own
+        # worker_init_fn); those already running (persistent) keep theirs. See NOTE [ Worker timing ].
         rings = self.shared.timing_rings
         if rings is None or rings.workers < workers:  # a tuner may add workers: NOTE [ Live tuning ]
             if rings is not None:
                 self.shared.retired_rings.append(rings)  # the monitor drains what is left in them
-            rings = self.shared.timing_rings = TimingRings(
-                loader.multiprocessing_context or get_context(), workers, self.stages
-            )
+            context = loader.multiprocessing_context or get_context()
+            rings = self.shared.timing_rings = TimingRings(context, workers, self.stages)
         original = loader.worker_init_fn
         loader.worker_init_fn = WorkerHook(rings, original)
         t0 = time.perf_counter_ns()

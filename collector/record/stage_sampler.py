@@ -23,7 +23,9 @@ from collector.record.stage_clock import StageClock
 # (DATASET_METHODS) stays GETITEM's, which already names it. At publish, GETITEM's own wall time is split by
 # the ticks (StageClock.totals: sampled_rows), and its CPU in the same
 # proportion (an estimate: a sampler sees no CPU clock); ticks in no user
-# frame stay GETITEM's. A sampled stage's calls are its ticks. At 50 Hz a look
+# frame stay GETITEM's. A sampled stage's calls are its ticks. A look needs
+# the GIL, so it lands where the worker lets go of it: pure-Python work that
+# holds it reads low (NOTE [ Stages in the training process ]). At 50 Hz a look
 # costs tens of microseconds: well under the budget of NOTE [ Stage timing ].
 # The thread waits on an Event with a timeout, so it never holds the worker's
 # exit; it stops itself at the first error.
@@ -46,7 +48,7 @@ class StackSampler:
         self.thread_id = thread_id if thread_id is not None else threading.get_ident()
         self.interval_s = interval_s
         self.stop = threading.Event()
-        self._ours = _library_roots()
+        self._ours = library_roots()
         self._names: dict[object, str] = {}  # code object -> stage name
 
     def start(self) -> None:
@@ -105,7 +107,7 @@ class StackSampler:
         return f"code {os.path.basename(filename)}:{function}"
 
 
-def _library_roots() -> tuple[str, ...]:
+def library_roots() -> tuple[str, ...]:
     """Where code that is not the user's lives: the standard library, installed packages, stallwatch."""
     paths = sysconfig.get_paths()
     roots = {paths.get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")}
