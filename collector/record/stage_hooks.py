@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -170,7 +171,8 @@ def _timed_open(clock: StageClock, function: Callable[..., Any]) -> Callable[...
         if not clock.active:
             return function(fp, *args, **kwargs)
         if clock.files < REPLAY_FILES and isinstance(fp, (str, os.PathLike)):
-            clock.note_file(os.fspath(fp))
+            with contextlib.suppress(Exception):  # a path-like that fails is PIL's to report, not ours
+                clock.note_file(os.fspath(fp))
         clock.enter()
         try:
             return function(fp, *args, **kwargs)
