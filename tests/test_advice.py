@@ -44,6 +44,7 @@ LOADERS: dict[str, tuple[Any, dict[str, Any], str | None]] = {
     "BatchSampler in order": (DATA, {"batch_sampler": BatchSampler(range(64), 4, drop_last=False)}, None),  # type: ignore[arg-type]
     "IterableDataset": (Stream(), {"batch_size": 4}, None),
     "val loader": (DATA, {"batch_size": 4}, "val"),
+    "iterated under no_grad": (DATA, {"batch_size": 4}, None),  # a plain evaluation loop: recorded with grad off
 }
 WORKER_ARGS = ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory")
 ADVISED = [case for case in CASES if case not in ("healthy without workers", "healthy with workers")]
@@ -54,7 +55,8 @@ def recorded(loader_kind: str, case: str) -> tuple[Any, dict[str, Any], dict[str
     dataset, kwargs, _ = LOADERS[loader_kind]
     workers = {k: v for k, v in CASES[case][0].config.items() if k in WORKER_ARGS}
     kwargs = {**kwargs, **workers}
-    return dataset, kwargs, loader_config(DataLoader(dataset, **kwargs))
+    with torch.set_grad_enabled(loader_kind != "iterated under no_grad"):
+        return dataset, kwargs, loader_config(DataLoader(dataset, **kwargs))
 
 
 def advise(tmp_path: Path, case: str, config: dict[str, Any], stage: str | None, framework: str | None) -> Any:
@@ -112,6 +114,7 @@ def test_every_suggested_line_constructs_against_the_loader_it_was_recorded_from
         ("BatchSampler in order", None),
         ("IterableDataset", None),
         ("val loader", None),
+        ("iterated under no_grad", None),
     ],
 )
 def test_shuffle_is_suggested_only_where_the_loader_can_take_it(

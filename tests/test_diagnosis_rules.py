@@ -270,19 +270,26 @@ def test_epoch_starts_do_not_hide_a_steady_state_problem(tmp_path: Path) -> None
     assert {"epoch_start_stall", "input_bound"} <= ids
 
 
+SPORADIC = np.array([0, 0, 0.012, 0, 0, 0, 0.008, 0, 0, 0.001])  # 19% on average, 0%-50% over its windows
+
+
 @pytest.mark.parametrize(
-    ("wait_s", "n", "expected"),
+    ("wait_s", "step_s", "expected"),
     [
-        (0.004, 200, "input-bound"),  # 4 / (4 + 10) = 29% >= 20%
-        (0.002, 200, "partly-input-bound"),  # 17%
-        (0.0006, 200, "partly-input-bound"),  # 5.7%
-        (0.0004, 200, "not-input-bound"),  # 3.8% < 5%
-        (0.004, 10, "insufficient-data"),  # fewer than 20 batches
+        (np.full(200, 0.004), 0.010, "input-bound"),  # 4 / (4 + 10) = 29% >= 20%
+        (np.full(200, 0.002), 0.010, "partly-input-bound"),  # 17%
+        (np.full(200, 0.0006), 0.010, "partly-input-bound"),  # 5.7%
+        (np.full(200, 0.0004), 0.010, "not-input-bound"),  # 3.8% < 5%
+        (np.full(10, 0.004), 0.010, "input-bound"),  # 10 batches, each 29%: the evidence is clear
+        (np.full(18, 0.490), 0.041, "input-bound"),  # 18 batches each waiting 490 ms for a 41 ms step
+        (SPORADIC, 0.010, "insufficient-data"),  # 10 batches whose range spans every threshold
+        (np.full(4, 0.300), 0.040, "insufficient-data"),  # too few steady batches for a range
     ],
+    ids=["29%", "17%", "5.7%", "3.8%", "10 clear", "18 starved", "10 sporadic", "4 batches"],
 )
-def test_verdict_thresholds(tmp_path: Path, wait_s: float, n: int, expected: str) -> None:
+def test_verdict_thresholds(tmp_path: Path, wait_s: np.ndarray, step_s: float, expected: str) -> None:
     path = str(tmp_path / "run.sqlite")
-    write_synthetic(path, Synthetic(wait_s=np.full(n, wait_s), step_s=0.010))
+    write_synthetic(path, Synthetic(wait_s=wait_s, step_s=step_s))
     report = diagnose(path)
     assert report.verdict == expected and report.verdict in VERDICTS
 

@@ -13,7 +13,7 @@ from collector.diagnosis.build import build_model, fit_step
 from collector.diagnosis.calibration import C
 from collector.diagnosis.data import load_run
 from collector.diagnosis.fresh import Epoch
-from collector.diagnosis.model import FILL_BATCHES, EpochModel, Setting
+from collector.diagnosis.model import EpochModel, Setting
 from collector.diagnosis.stats import Facts, measure
 
 IDLE = dict(prefetch=2, cores=8.0, background=0.0, load_cpu_s=0.0, step_threads=1.0, step_compute_s=0.0)
@@ -81,7 +81,7 @@ def test_a_short_epoch_of_fresh_workers_is_played_out_and_a_long_one_goes_on_at_
     monkeypatch.setattr(Epoch, "seconds", lambda self, batches: played.append(batches) or seconds(self, batches))
     long = dataclasses.replace(short, epoch_batches=1_000_000)
     assert long.epoch_s(FRESH) == pytest.approx(1_000_000 * long.cycle(FRESH), rel=1e-4)
-    assert played == [FILL_BATCHES]  # whole rounds of 2 past it go at the steady cycle, not one by one
+    assert played == [C.FILL_BATCHES]  # whole rounds of 2 past it go at the steady cycle, not one by one
 
 
 def test_each_fresh_worker_adds_its_start_and_end_beside_a_fixed_part():

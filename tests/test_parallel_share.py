@@ -14,10 +14,11 @@ from collector.diagnosis.build import build_model, parallel_share_between
 from collector.diagnosis.calibration import C
 from collector.diagnosis.choose import choose, predict
 from collector.diagnosis.data import load_run
+from collector.diagnosis.decide import tuner_candidates
 from collector.diagnosis.model import EpochModel, Setting
 from collector.diagnosis.stats import measure
 from collector.store.reader import Reader
-from collector.tune.propose import other_settings, tuner_candidates, with_measured_share
+from collector.tune.propose import other_settings, with_measured_share
 
 # bench/bench_tune.py's photo pipeline as the tuner's first question saw it: 8 batches an epoch,
 # no workers, a 57 ms step on 2 busy threads, 97 ms of CPU to decode a batch

@@ -123,3 +123,65 @@ def test_missing_file_is_an_error_and_is_not_created(tmp_path: Path, capsys: pyt
     assert main(["report", str(path)]) == 2
     assert "does not exist" in capsys.readouterr().err
     assert not path.exists()
+
+
+def _program(path: str) -> None:
+    """A training loader that waits a little over many batches, then an evaluation loader starved over 15."""
+    write_synthetic(path, Synthetic(wait_s=np.full(300, 0.004), step_s=0.050, name="train"))
+    evaluation = {"batch_size": 32, "num_workers": 0, "shuffle": False, "grad_enabled": False}
+    write_synthetic(path, Synthetic(wait_s=np.full(15, 0.030), step_s=0.004, name="val", config=evaluation))
+
+
+def test_report_without_run_gives_every_loader_the_costliest_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = str(tmp_path / "program.sqlite")
+    _program(path)
+    assert main(["report", path, "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert [x["name"] for x in d["loaders"]] == ["train", "val"]  # 1.1 s of stalls against 0.4 s
+    assert d["loaders"][1]["evaluation"] is True and d["loaders"][1]["verdict"] == "input-bound"
+    assert d["run"]["name"] == "train"
+    assert main(["report", path, "--run", "train", "--json"]) == 0
+    alone = json.loads(capsys.readouterr().out)
+    assert {k: v for k, v in d.items() if k not in ("loaders", "notes")} == {
+        k: v for k, v in alone.items() if k not in ("loaders", "notes")
+    }
+    assert main(["report", path]) == 0
+    out = capsys.readouterr().out
+    assert out.index("  train (run 1)") < out.index("  val (run 2, evaluation)")
+
+
+def test_a_one_loader_file_reads_the_same_with_or_without_run(db: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", db, "--json"]) == 0
+    program = json.loads(capsys.readouterr().out)
+    assert main(["report", db, "--run", "latest", "--json"]) == 0
+    alone = json.loads(capsys.readouterr().out)
+    assert [x["run_id"] for x in program.pop("loaders")] == [1] and alone.pop("loaders") == []
+    assert program == alone
+
+
+def test_another_programs_runs_are_not_in_the_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import sqlite3
+
+    path = str(tmp_path / "two-programs.sqlite")
+    _program(path)
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE runs SET pid = pid + 1 WHERE name = 'train'")  # an earlier program recorded it
+    conn.commit()
+    conn.close()
+    assert main(["report", path, "--json"]) == 0
+    assert [x["name"] for x in json.loads(capsys.readouterr().out)["loaders"]] == ["val"]
+
+
+def test_a_run_without_a_process_id_is_its_own_program(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import sqlite3
+
+    path = str(tmp_path / "no-pid.sqlite")
+    _program(path)
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE runs SET pid = NULL")
+    conn.commit()
+    conn.close()
+    assert main(["report", path, "--json"]) == 0
+    assert [x["name"] for x in json.loads(capsys.readouterr().out)["loaders"]] == ["val"]

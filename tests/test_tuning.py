@@ -17,6 +17,7 @@ from collector.diagnosis import diagnose
 from collector.diagnosis.calibration import C
 from collector.diagnosis.choose import candidates, choose
 from collector.diagnosis.data import load_run
+from collector.diagnosis.decide import tuner_candidates
 from collector.diagnosis.model import EpochModel, Setting
 from collector.diagnosis.stats import measure
 from collector.errors import CollectorWarning
@@ -26,7 +27,7 @@ from collector.tune.advisor import Advisor, AdvisorError
 from collector.tune.answers import NothingPays, Proposal
 from collector.tune.every import tune_every
 from collector.tune.policy import BASELINE_EPOCHS, NOISE_FLOOR, Policy, Segment
-from collector.tune.propose import propose, tuner_candidates, with_edges
+from collector.tune.propose import propose, with_edges
 
 START = Setting(num_workers=0, threads=2, prefetch_factor=None)
 FOUR = START.but(num_workers=4)

@@ -8,11 +8,11 @@ import dataclasses
 import pytest
 from test_tuning import START, run_epochs, seg
 
-from collector.diagnosis.choose import candidates, choose
+from collector.diagnosis.choose import Ranking, candidates, choose
+from collector.diagnosis.decide import tuner_candidates
 from collector.diagnosis.model import EpochModel, Setting
 from collector.tune.answers import Proposal
 from collector.tune.policy import MAX_CORRECTION, MAX_TRIALS, MIN_CORRECTION, Policy
-from collector.tune.propose import steered, tuner_candidates
 
 TWO = START.but(num_workers=2, prefetch_factor=2, persistent_workers=True, threads=1)
 THREE = TWO.but(num_workers=3)
@@ -136,7 +136,7 @@ def test_the_helper_ranks_by_the_corrected_gain_so_a_small_one_is_no_longer_with
     )
     settings = [one, *(s for s in candidates(model) if s != one)]
     assert choose(model, settings)[0].setting == one
-    chosen, _ = choose(steered(model, MAX_CORRECTION), settings)
+    chosen, _ = choose(model, settings, Ranking(MAX_CORRECTION))
     assert chosen.setting.num_workers > 1
     assert chosen.speedup == pytest.approx(1.0 + (model.speedup(chosen.setting) - 1.0) * MAX_CORRECTION)
 
@@ -177,10 +177,10 @@ def test_a_setting_is_tried_only_where_every_measured_setting_predicts_it_pays()
     settings = [PHOTO_AT_4.recorded, *tuner_candidates(PHOTO_AT_4)]
     alone, _ = choose(PHOTO_AT_4, settings)
     assert alone.setting == Setting(2, 2, 2, True) and alone.speedup > 1.05
-    seen = steered(PHOTO_AT_4, 1.0, [PHOTO_AT_0])
-    assert seen.speedup(Setting(2, 2, 2, True)) < 0.95
-    assert seen.speedup(PHOTO_AT_4.recorded) == pytest.approx(1.0)
-    both, _ = choose(seen, settings)
+    seen = Ranking.seen_from(PHOTO_AT_4, 1.0, [PHOTO_AT_0])
+    assert seen.speedup(PHOTO_AT_4, Setting(2, 2, 2, True)) < 0.95
+    assert seen.speedup(PHOTO_AT_4, PHOTO_AT_4.recorded) == pytest.approx(1.0)
+    both, _ = choose(PHOTO_AT_4, settings, seen)
     assert both.setting == PHOTO_AT_4.recorded
 
 
@@ -195,7 +195,7 @@ def test_every_measured_setting_plays_another_thread_count_with_the_steps_measur
     with_table = PHOTO_AT_0.epoch_s(current.recorded) / PHOTO_AT_0.epoch_s(back)
     assert with_share > with_table * 1.03  # a step sharing out more gains more from its second thread
     assert current.speedup(back) > with_share
-    assert steered(current, 1.0, [PHOTO_AT_0]).speedup(back) == pytest.approx(with_share)
+    assert Ranking.seen_from(current, 1.0, [PHOTO_AT_0]).speedup(current, back) == pytest.approx(with_share)
 
 
 def test_after_a_miss_a_setting_between_the_measured_ones_is_offered_uncorrected():
@@ -220,7 +220,7 @@ def test_after_a_miss_a_setting_between_the_measured_ones_is_offered_uncorrected
 )
 def test_between_spans_the_current_worker_count_to_the_missed_ones_not_the_missed_itself(workers, between):
     """The current count on the other thread count counts: it lies between too."""
-    from collector.tune.propose import _between
+    from collector.diagnosis.decide import between as _between
 
     current, missed = START.but(threads=2), START.but(num_workers=8, persistent_workers=True)
     assert _between(current.but(num_workers=workers, threads=1), current, missed) is between

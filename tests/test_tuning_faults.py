@@ -250,3 +250,37 @@ def test_ctrl_c_in_a_trial_puts_the_loader_back_ends_its_workers_and_restores_th
     assert not workers_left()
     (row,) = trial_rows(db_path)
     assert row[2] is None and not row[3] and "not judged" in row[4]
+
+
+class _Ending:
+    """What ``_cut_short`` reads of a tuner: the session's status, the epoch before, whether the run is closing."""
+
+    def __init__(self) -> None:
+        self.shared = type("Shared", (), {"status": {}})()
+        self._last_batches: int | None = None
+        self.ending = False
+
+
+@pytest.mark.parametrize(
+    ("ends", "closing", "status", "cut"),
+    [
+        ([(10, True)], False, None, [False]),  # a final next(): whole
+        ([(4, False), (4, False), (4, False)], False, None, [False, False, False]),  # limit_train_batches=4
+        ([(10, False), (6, False)], False, None, [False, True]),  # left at batch 6 after a whole epoch: Ctrl-C caught
+        ([(10, False), (6, False)], True, None, [False, True]),  # left, then the run closed
+        ([(6, False)], False, "interrupted", [True]),  # Ctrl-C ended the run
+    ],
+)
+def test_an_epoch_left_early_is_no_measure_but_a_loop_that_always_stops_at_n_batches_is(ends, closing, status, cut):
+    from collector.record.handover import EpochEnded
+    from collector.record.tuning_windows import Restarts
+
+    tuner = _Ending()
+    if status:
+        tuner.shared.status["status"] = status
+    seen = []
+    for i, (batches, final_next) in enumerate(ends):
+        tuner.ending = closing and i == len(ends) - 1
+        event = EpochEnded(i, 0, batches, 1 if final_next else None)
+        seen.append(Restarts._cut_short(tuner, event, 10))  # type: ignore[arg-type]
+    assert seen == cut

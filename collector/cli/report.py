@@ -21,7 +21,11 @@ def add_parser(subparsers: Any) -> None:
         "The JSON (--json) is a stable contract documented in docs/report.md.",
     )
     parser.add_argument("db", help="the stallwatch SQLite file")
-    parser.add_argument("--run", default="latest", help="run name, id, or 'latest' (default)")
+    parser.add_argument(
+        "--run",
+        default=None,
+        help="run name, id, or 'latest' (default: every loader of the latest run's program, the costliest first)",
+    )
     parser.add_argument(
         "--rank",
         type=_rank,
@@ -49,16 +53,21 @@ def _batch_count(text: str) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
-    from collector.diagnosis import diagnose, diagnose_job  # pandas: imported only when a report is asked for
+    from collector.diagnosis import diagnose, diagnose_job, diagnose_loaders  # pandas: only when a report is asked for
     from collector.diagnosis.text import render
 
+    whole = args.window_s is None and args.last_batches is None
     try:
-        if args.window_s is None and args.last_batches is None:
-            report = diagnose_job(args.db, args.run, rank=args.rank, live=args.live)
+        if whole and args.run is None and args.rank is None:
+            report = diagnose_loaders(args.db, live=args.live)  # NOTE [ The program's report ]
+        elif whole:
+            report = diagnose_job(args.db, args.run or "latest", rank=args.rank, live=args.live)
         elif args.rank is not None:
             raise StallwatchError("--rank cannot be combined with --window-s or --last-batches: give --run ID instead")
         else:
-            report = diagnose(args.db, args.run, window_s=args.window_s, last_batches=args.last_batches, live=args.live)
+            report = diagnose(
+                args.db, args.run or "latest", window_s=args.window_s, last_batches=args.last_batches, live=args.live
+            )
     except StallwatchError:
         raise  # cli.main prints it on one line and exits 2
     except Exception as exc:  # noqa: BLE001 - the CLI's boundary: one line, never a traceback

@@ -15,14 +15,16 @@ if TYPE_CHECKING:
     from collector.diagnosis.assemble import diagnose_data
     from collector.diagnosis.data import RunData, RunInProgress, load_run
     from collector.diagnosis.job import diagnose_job
+    from collector.diagnosis.loaders import diagnose_loaders
 
-__all__ = ["RunData", "RunInProgress", "diagnose", "diagnose_data", "diagnose_job", "load_run"]
+__all__ = ["RunData", "RunInProgress", "diagnose", "diagnose_data", "diagnose_job", "diagnose_loaders", "load_run"]
 _HOMES = {
     "RunData": "data",
     "RunInProgress": "data",
     "load_run": "data",
     "diagnose_data": "assemble",
     "diagnose_job": "job",
+    "diagnose_loaders": "loaders",
 }
 
 

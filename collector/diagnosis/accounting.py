@@ -172,17 +172,25 @@ def _collector_cores(procs: pd.DataFrame, ts: pd.Series) -> np.ndarray:
     return per_ts.reindex(ts.to_numpy()).fillna(0.0).to_numpy()
 
 
-def window_edges(ts: np.ndarray, epoch: np.ndarray, windows: int) -> list[np.ndarray]:
-    """Index groups for the uncertainty: one per epoch when there are ``windows`` or more, else equal time windows."""
+def window_edges(ts: np.ndarray, epoch: np.ndarray, windows: int, per_window: int = 10) -> list[np.ndarray]:
+    """Index groups for the uncertainty: one per epoch when there are ``windows`` or more, else equal time windows.
+
+    Equal windows hold ``per_window`` batches at least (fewer windows where the run is short).
+    """
     if len(ts) == 0:
         return []
     epochs = np.unique(epoch)
     if len(epochs) >= windows:
         return [np.flatnonzero(epoch == e) for e in epochs]
-    n = min(windows, max(1, len(ts) // 10))
+    n = min(windows, max(1, len(ts) // per_window))
     cuts = np.linspace(ts[0], ts[-1] + 1e-9, n + 1)
     groups = [np.flatnonzero((ts >= lo) & (ts < hi)) for lo, hi in itertools.pairwise(cuts)]
     return [g for g in groups if len(g)]
+
+
+def t95(dof: int) -> float:
+    """Student's t at 95% (two-sided) for ``dof`` degrees of freedom; 2.0 from 8 on, as the long runs use."""
+    return (12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36)[dof - 1] if 1 <= dof <= 7 else 2.0
 
 
 def mean_range(values: np.ndarray, weights: np.ndarray | None = None, *, z: float = 2.0) -> tuple[float, float]:

@@ -17,7 +17,9 @@ from collector.diagnosis.report_types import Suggestion
 # and the stage allow it: as DataLoader(shuffle=True) with the default
 # sampler, as sampler=DistributedSampler(dataset, shuffle=True) beside a
 # DistributedSampler, and not at all elsewhere (a note says where the order
-# is decided instead). tests/test_advice.py builds every line.
+# is decided instead). An evaluation loader (a framework's val/test/predict
+# stage, or one iterated under torch.no_grad(): runinfo's grad_enabled) gets
+# no shuffle advice at all. tests/test_advice.py builds every line.
 EVALUATION = ("val", "test", "predict")
 DISTRIBUTED_SHUFFLE = "DistributedSampler(dataset, shuffle=True)"
 UNEVEN = "batches cost unevenly in dataset order; shuffling spreads the slow samples over all batches"
@@ -25,8 +27,8 @@ UNEVEN = "batches cost unevenly in dataset order; shuffling spreads the slow sam
 
 def shuffle_advice(loader: Mapping[str, Any]) -> tuple[Suggestion | None, str | None]:
     """(the shuffle change, or a note where none can be pasted) for a loader whose batches cost unevenly."""
-    stage, framework = loader.get("stage"), loader.get("framework")
-    if stage in EVALUATION:
+    framework = loader.get("framework")
+    if evaluating(loader):
         return None, None  # order does not matter when evaluating: the cost is the same, shuffled or not
     shuffle = loader.get("shuffle")
     if shuffle is True:
@@ -46,6 +48,11 @@ def shuffle_advice(loader: Mapping[str, Any]) -> tuple[Suggestion | None, str | 
     if framework == "lightning" and loader.get("sampler") == "DistributedSampler":
         return _shuffle("shuffle", False, True, f"{UNEVEN}; Lightning builds its DistributedSampler from it"), None
     return _shuffle("shuffle", False, True, UNEVEN), None
+
+
+def evaluating(loader: Mapping[str, Any]) -> bool:
+    """An evaluation loader: a framework's val/test/predict stage, or iterated with autograd off (``no_grad``)."""
+    return loader.get("stage") in EVALUATION or loader.get("grad_enabled") is False
 
 
 def _shuffle(parameter: str, current: Any, suggested: Any, reason: str) -> Suggestion:

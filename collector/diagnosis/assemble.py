@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from collector.diagnosis import rules_cpu, rules_loop, rules_memory, rules_workers
@@ -11,7 +12,7 @@ from collector.diagnosis.replay import replay_draft
 from collector.diagnosis.report_types import Report, Symptom
 from collector.diagnosis.rules_stages import stage_advice
 from collector.diagnosis.stages import stages
-from collector.diagnosis.stats import measure
+from collector.diagnosis.stats import Facts, measure
 from collector.diagnosis.suggest import suggest
 from collector.diagnosis.summary import summary
 from collector.diagnosis.tuned import tuned_line, tuning
@@ -19,6 +20,7 @@ from collector.diagnosis.verdict import verdict
 
 RUN_KEYS = ("id", "name", "started_at", "ended_at", "error", "rank", "world_size", "job_id", "stage")
 CONTENDED_CORES = 0.5  # other processes' busy cores worth a note
+MIN_STAKE_S = 1.0  # a loader's active seconds after warm-up below which no symptom ranks above low
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2}
 
 
@@ -38,7 +40,12 @@ def diagnose_data(data: RunData, *, replay_decode: bool = True) -> Report:
     if data.run.get("tuned"):
         notes.append("tuned live: this covers the epochs at the setting the tuner kept; its trials are listed")
     if word == "insufficient-data":
-        notes.append(f"only {facts.batches} batches recorded: too few to name symptoms; record a longer run")
+        lo, hi = facts.input_range
+        spread = "" if facts.steady_batches < 6 else f" (waiting for data {lo:.0%}-{hi:.0%} of the time)"
+        notes.append(
+            f"only {facts.batches} batches recorded{spread}: too few to tell the verdict or name symptoms; "
+            "record a longer run"
+        )
         return Report(
             run=run,
             summary=summary(facts, data),
@@ -65,7 +72,7 @@ def diagnose_data(data: RunData, *, replay_decode: bool = True) -> Report:
         rules_workers.io_bound_fetch(facts, model),
         rules_cpu.cpu_contention(facts, model if facts.load_runq_s is not None else None),
     ]
-    symptoms = sorted((s for s in found if s is not None), key=lambda s: SEVERITY_ORDER.get(s.severity, 3))
+    symptoms = sorted(at_stake(found, facts, notes), key=lambda s: SEVERITY_ORDER.get(s.severity, 3))
     loader = {**data.config, "stage": run["stage"], "framework": run["framework"]}
     advice = suggest(facts, model, {s.id: s for s in symptoms}, loader=loader)
     replay = replay_draft if replay_decode else None
@@ -73,6 +80,9 @@ def diagnose_data(data: RunData, *, replay_decode: bool = True) -> Report:
         table, model, data.config, cuda=facts.cuda, batch_nbytes=facts.batch_nbytes, replay=replay
     )
     notes += advice.notes
+    trend = rules_memory.trend_note(data, facts)
+    if trend and "memory_pressure" not in {s.id for s in symptoms}:
+        notes.append(trend)
     if facts.background_cores >= CONTENDED_CORES:
         notes.append(
             f"Other processes kept about {facts.background_cores:.1f} of the {facts.usable_cores} usable cores busy: "
@@ -99,6 +109,26 @@ def diagnose_data(data: RunData, *, replay_decode: bool = True) -> Report:
         tuned=line,
         stages=table.table() if table is not None else (),
     )
+
+
+def at_stake(
+    found: list[Symptom | None], facts: Facts, notes: list[str], *, min_s: float = MIN_STAKE_S
+) -> list[Symptom]:
+    """The symptoms found, each at most ``low`` where the loader ran under ``min_s`` (1 s) after warm-up.
+
+    NOTE [ Severity at stake ]
+    A share of a tenth of a second is a true share and no alarm: Lightning's
+    BoringModel loaders run 0.1 s in all, their 0.1-ms batches "waiting for a
+    core 58%". A symptom's severity says how much it costs, so where the
+    loader's whole time after warm-up is under a second, none ranks above
+    low, and a note says why.
+    """
+    symptoms = [s for s in found if s is not None]
+    stake = facts.active_s - facts.warmup_s
+    if stake >= min_s or all(s.severity == "low" for s in symptoms):
+        return symptoms
+    notes.append(f"the loader ran {stake:.2f} s after warm-up: too little at stake for any symptom to rank above low")
+    return [s if s.severity == "low" else dataclasses.replace(s, severity="low") for s in symptoms]
 
 
 def _state_notes(run: dict[str, Any]) -> list[str]:

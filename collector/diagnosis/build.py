@@ -6,11 +6,10 @@ import dataclasses
 
 from collector.diagnosis.calibration import C
 from collector.diagnosis.cores import background_for, background_using, share
-from collector.diagnosis.model import MAX_WORKERS, EpochModel, Setting
+from collector.diagnosis.model import EpochModel, Setting
 from collector.diagnosis.stats import Facts
 
 FIT_ROUNDS = 30  # bisections of the step's work: a billionth of its measured CPU
-MIN_THREADS_APART = 0.5  # steps' runnable threads this far apart measure the parallel share
 
 
 def recorded_setting(facts: Facts) -> Setting:
@@ -119,7 +118,7 @@ def parallel_share_between(a: EpochModel, b: EpochModel) -> float | None:
     None where their steps ran on as many threads.
     """
     few, many = sorted((a, b), key=lambda m: m.step_threads)
-    if many.step_threads - few.step_threads < MIN_THREADS_APART:
+    if many.step_threads - few.step_threads < C.MIN_THREADS_APART:
         return None
     faster = (few.step_work_s / few.step_threads) / max(many.step_work_s / many.step_threads, 1e-12)
     # r = 1 / faster = ((1 - p) + p / many) / ((1 - p) + p / few), solved for p
@@ -131,11 +130,11 @@ def parallel_share_between(a: EpochModel, b: EpochModel) -> float | None:
 def _max_workers(facts: Facts, worker_bytes: float | None) -> int:
     """The most workers memory allows: C.MEMORY_SHARE of the least RAM the run saw available."""
     if not facts.mem_available_min_bytes:
-        return MAX_WORKERS
+        return int(C.MAX_WORKERS)
     per_worker = (worker_bytes or 0.0) + max(2, facts.prefetch_factor) * (facts.batch_nbytes or 0.0)
     if per_worker <= 0:
-        return MAX_WORKERS
-    return max(1, min(MAX_WORKERS, int(C.MEMORY_SHARE * facts.mem_available_min_bytes / per_worker)))
+        return int(C.MAX_WORKERS)
+    return max(1, min(int(C.MAX_WORKERS), int(C.MEMORY_SHARE * facts.mem_available_min_bytes / per_worker)))
 
 
 def _copy_saving_s(facts: Facts) -> float:

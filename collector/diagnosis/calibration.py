@@ -4,25 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-
-@dataclass(frozen=True)
-class Constant:
-    """One number the model does not measure on the user's run."""
-
-    name: str
-    value: float
-    unit: str
-    measured: str  # how and where; "chosen" for a decision threshold no bench can measure
-
+from collector.diagnosis.calibration_decisions import DECISIONS
+from collector.diagnosis.constant import Constant
 
 # NOTE [ Calibration table ]
 # The prediction model (NOTE [ Sharing the cores ] in collector/diagnosis/model.py) measures what it
 # can on the user's own run: loading's CPU and blocked time, the step's CPU and threads, the waits
 # for a core, other processes' busy cores, fresh workers' start and end. What a run cannot show is
 # here, once, with where it came from; docs/report.md lists it from this table, and the NOTEs cite
-# it by name (``C.NAME``). bench/bench_predictions.py scores the model leave-one-pipeline-out
+# it by name (``C.NAME``); the recommendation's and the tuner's decisions are in the same table
+# (collector/diagnosis/calibration_decisions.py). bench/bench_predictions.py scores the model leave-one-pipeline-out
 # against this table: ``override`` sets values for one evaluation.
 _TABLE: dict[str, Constant] = {
     c.name: c
@@ -164,26 +157,12 @@ _TABLE: dict[str, Constant] = {
             "or not; idle and beside a hog; 2 cores): 10th percentile of predicted / measured",
         ),
         Constant(
-            "MIN_TUNED_BATCHES",
-            6,
-            "batches an epoch",
-            "chosen (NOTE [ One tuner for the job ] in collector/record/tuning_job.py): an epoch this short is mostly "
-            "the first batch's latency, whatever the setting. The course pipeline's 3-batch evaluation loader, tuned, "
-            "made the job's epochs 15-90% slower; its 8-batch training loader's trials paid 1.02-1.11x",
-        ),
-        Constant(
-            "MIN_JOB_SHARE",
-            0.15,
-            "share of the job's loader time",
-            "chosen: a loader below it gains the job at most 7.5% if made twice as fast, while one slow trial "
-            "(+15-90% measured on the course pipeline's evaluation loader) costs about what several epochs gain",
-        ),
-        Constant(
             "MODEL_HIGH",
             1.18,
             "predicted / measured speed-up",
             "the same predictions' 90th percentile of predicted / measured",
         ),
+        *DECISIONS,
     )
 }
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -10,8 +11,6 @@ from typing import Any
 from collector.diagnosis.calibration import C
 from collector.diagnosis.model import EpochModel, Setting
 
-MAX_CANDIDATE_WORKERS = 16
-MAX_SPREAD = 0.5  # a run noisier than this still gets a range, not a negative bound
 ALTERNATIVES = 4  # considered settings listed beside the recommendation
 
 
@@ -31,15 +30,51 @@ class Prediction:
         return self.low <= 1.0
 
 
-def predict(model: EpochModel, setting: Setting) -> Prediction:
+@dataclass(frozen=True)
+class Ranking:
+    """How a caller weighs the model's speed-ups: as the model gives them (the report's), or, for the live
+    tuner, the least that ``vantages`` (the models of the run's other measured settings, NOTE [ Seen from
+    every measured setting ]) give too, the gain scaled by ``correction`` (NOTE [ Measurement steers the
+    model ])."""
+
+    correction: float = 1.0
+    vantages: tuple[EpochModel, ...] = ()
+
+    @staticmethod
+    def seen_from(model: EpochModel, correction: float, vantages: Iterable[EpochModel]) -> Ranking:
+        """The tuner's: the step's parallel share, where ``model`` measured it, is the job's for every vantage."""
+        share = model.measured_share
+        seen = tuple(v if share is None else dataclasses.replace(v, measured_share=share) for v in vantages)
+        return Ranking(correction, seen)
+
+    def speedup(self, model: EpochModel, setting: Setting) -> float:
+        """``setting``'s speed-up over ``model``'s recorded setting, as this ranking weighs it."""
+        seen = [v.epoch_s(model.recorded) / max(v.epoch_s(setting), 1e-12) for v in self.vantages]
+        return 1.0 + (min([model.speedup(setting), *seen]) - 1.0) * self.correction
+
+    def span(self, model: EpochModel, setting: Setting) -> tuple[float, float]:
+        """The least and the most speed-up over the parallel shares the run leaves open (``speedup_span``)."""
+        if not self.vantages and self.correction == 1.0:
+            return model.speedup_span(setting)
+        speedup = self.speedup(model, setting)
+        if abs(model.q(setting) - model.step_threads) < 1e-9 or model.measured_share is not None:
+            return speedup, speedup
+        ends = [self.speedup(m, setting) for m in model.share_ends]
+        return min(speedup, *ends), max(speedup, *ends)
+
+
+OWN = Ranking()
+
+
+def predict(model: EpochModel, setting: Setting, ranking: Ranking = OWN) -> Prediction:
     """The model's speed-up for ``setting``, widened by the run's own spread, the model's measured error and,
     on another thread count, the parallel shares the run leaves open (NOTE [ Intra-op threads ])."""
-    least, most = model.speedup_span(setting)
-    spread = min(model.spread, MAX_SPREAD)
+    least, most = ranking.span(model, setting)
+    spread = min(model.spread, C.MAX_SPREAD)
     return Prediction(
         setting=setting,
         changes=model.recorded.changed(setting),
-        speedup=model.speedup(setting),
+        speedup=ranking.speedup(model, setting),
         low=least / C.MODEL_HIGH * (1.0 - spread),
         high=most / C.MODEL_LOW * (1.0 + spread),
     )
@@ -55,7 +90,7 @@ def candidates(model: EpochModel, *, prefetch: int | None = None) -> list[Settin
     """
     rec = model.recorded
     threads = [rec.threads] + [t for t in range(rec.threads - 1, 0, -1) if model.step_threads > 1.2]
-    top = min(model.max_workers, MAX_CANDIDATE_WORKERS)
+    top = min(model.max_workers, int(C.MAX_CANDIDATE_WORKERS))
     if model.cpu_bound():
         top = min(top, math.ceil(model.cores - 1e-9) + int(C.SPARE_CPU_WORKERS))
     pins = {rec.pin_memory, bool(rec.pin_memory or model.copy_saving_s > 0)}
@@ -80,7 +115,9 @@ def candidates(model: EpochModel, *, prefetch: int | None = None) -> list[Settin
     return out
 
 
-def choose(model: EpochModel, settings: Iterable[Setting]) -> tuple[Prediction, list[Prediction]]:
+def choose(
+    model: EpochModel, settings: Iterable[Setting], ranking: Ranking = OWN
+) -> tuple[Prediction, list[Prediction]]:
     """(the setting to recommend, the alternatives considered), each with its prediction.
 
     Each setting is ranked by the least speed-up the model gives it: on
@@ -99,12 +136,12 @@ def choose(model: EpochModel, settings: Iterable[Setting]) -> tuple[Prediction, 
     where they measured 8.5%.) I/O-bound loading then gets C.IO_SURPLUS times its workers: storage
     latency varies and a sleeping worker costs only memory.
     """
-    scores = {s: model.speedup_span(s)[0] for s in dict.fromkeys(settings)}
+    scores = {s: ranking.span(model, s)[0] for s in dict.fromkeys(settings)}
     best = max(scores.values(), default=1.0)
     near = [s for s, v in scores.items() if v >= C.CLOSE * best] or [model.recorded]
     pick = model.recorded if model.recorded in near else _least_change(model, near)
     if pick.num_workers > 0 and model.headroom(pick) < C.SURPLUS:
-        room = math.floor(model.cores + 1e-9) if model.cpu_bound() else MAX_CANDIDATE_WORKERS
+        room = math.floor(model.cores + 1e-9) if model.cpu_bound() else int(C.MAX_CANDIDATE_WORKERS)
         fed = [
             s
             for s, v in scores.items()
@@ -116,12 +153,12 @@ def choose(model: EpochModel, settings: Iterable[Setting]) -> tuple[Prediction, 
     if not model.cpu_bound() and pick.num_workers > 0:
         wanted = min(model.max_workers, max(pick.num_workers, math.ceil(C.IO_SURPLUS * pick.num_workers - 1e-9)))
         pick = pick.but(num_workers=wanted)
-    chosen = predict(model, pick)
+    chosen = predict(model, pick, ranking)
     others = sorted(scores, key=lambda s: -scores[s])
     seen = {tuple(chosen.changes.items())}
     alternatives: list[Prediction] = []
     for s in others:
-        p = predict(model, s)
+        p = predict(model, s, ranking)
         if p.changes and tuple(p.changes.items()) not in seen and len(alternatives) < ALTERNATIVES:
             seen.add(tuple(p.changes.items()))
             alternatives.append(p)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-MIN_SAMPLED_LOADS = 5  # num_workers=0: sampled next() CPU times needed before they replace the estimate
+from collector.diagnosis.calibration import C
 
 
 def load_share(
@@ -61,7 +61,7 @@ def load_costs(
     runq_known = ~np.isnan(sampled_runq)
     runq_share = (
         float(sampled_runq[runq_known].sum() / max(wait[runq_known].sum(), 1e-12))
-        if runq_known.sum() >= MIN_SAMPLED_LOADS
+        if runq_known.sum() >= C.MIN_SAMPLED_LOADS
         else None
     )
     if n_workers == 0:
@@ -69,7 +69,7 @@ def load_costs(
         sampled_cpu = b["load_cpu_s"].to_numpy()[steady] if "load_cpu_s" in b else np.full(len(wait), np.nan)
         known = ~np.isnan(sampled_cpu)
         runq = None if runq_share is None else load_wall * min(1.0, runq_share)
-        if known.sum() >= MIN_SAMPLED_LOADS:
+        if known.sum() >= C.MIN_SAMPLED_LOADS:
             share = min(1.0, float(sampled_cpu[known].sum() / max(wait[known].sum(), 1e-12)))
             load_cpu = load_wall * share
             step_cpu = max(0.0, (main_cpu or 0.0) * cycle - load_cpu) if main_cpu is not None else 0.0

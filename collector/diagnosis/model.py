@@ -14,10 +14,6 @@ from collector.diagnosis.fresh import Epoch
 from collector.diagnosis.setting import Setting
 from collector.diagnosis.threads import amdahl
 
-MAX_WORKERS = 64
-SATURATED_THREADS_SLACK = 0.2  # threads of the pool a step may leave idle and still count as using them all
-FILL_BATCHES = 64  # batches of an epoch with fresh workers played out (NOTE [ Fresh workers each epoch ])
-
 
 @dataclass(frozen=True)
 class EpochModel:
@@ -75,7 +71,7 @@ class EpochModel:
     others_busy: float = 0.0  # the cores other processes kept busy (B counts their runnable threads)
     queue_loss_s: float = 0.0  # per batch at the recorded queue depth: cycles lost to uneven fetches
     copy_saving_s: float = 0.0  # per batch: what page-locked batches save on the copy to the GPU
-    max_workers: int = MAX_WORKERS  # memory's limit
+    max_workers: int = int(C.MAX_WORKERS)  # memory's limit
     spread: float = 0.0  # the run's own variation: relative spread of its epochs' (or windows') time a batch
     measured_share: float | None = None  # the step's parallel share, where the run ran at two thread counts
 
@@ -104,11 +100,11 @@ class EpochModel:
         speedup = self.speedup(setting)
         if abs(self.q(setting) - self.step_threads) < 1e-9 or self.measured_share is not None:
             return speedup, speedup
-        ends = [m.speedup(setting) for m in self._share_ends]
+        ends = [m.speedup(setting) for m in self.share_ends]
         return min(speedup, *ends), max(speedup, *ends)
 
     @functools.cached_property
-    def _share_ends(self) -> tuple[EpochModel, EpochModel]:
+    def share_ends(self) -> tuple[EpochModel, EpochModel]:
         """This model at the least and the most parallel share a step was measured with."""
         return (
             dataclasses.replace(self, measured_share=C.PARALLEL_SHARE_LOW),
@@ -141,7 +137,7 @@ class EpochModel:
     @property
     def threads_saturated(self) -> bool:
         """The step kept every intra-op thread it had busy: a larger pool may speed it up."""
-        return self.step_threads >= self.recorded.threads - SATURATED_THREADS_SLACK
+        return self.step_threads >= self.recorded.threads - C.SATURATED_THREADS_SLACK
 
     def cycle(self, setting: Setting) -> float:
         """Seconds per batch in steady state, what uneven fetches cost at its queue depth included."""
@@ -234,7 +230,7 @@ class EpochModel:
         """(an epoch's batches, how many of them are played out, the epoch that plays them)."""
         n = setting.num_workers
         batches = max(1, round(self.epoch_batches))
-        played = batches - n * max(0, (batches - FILL_BATCHES) // n)  # the rest goes at the steady cycle
+        played = batches - n * max(0, (batches - int(C.FILL_BATCHES)) // n)  # the rest goes at the steady cycle
         q = self.q(setting)
         epoch = Epoch(
             workers=n,

@@ -92,6 +92,7 @@ class Report:
     tuning: tuple[dict[str, Any], ...] = ()  # a tuned run's trials (collector/diagnosis/tuned.py)
     tuned: str | None = None  # the line a tuned run ended with: what the tuner kept, measured
     stages: tuple[StageRow, ...] = ()  # where the workers' fetch time goes (collector/diagnosis/stages.py)
+    loaders: tuple[dict[str, Any], ...] = ()  # a program's loaders, costliest first (collector.diagnosis.loaders)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON contract, in plain Python values (a numpy bool would print as the string "False")."""
@@ -112,6 +113,7 @@ class Report:
             "tuning": [dict(t) for t in self.tuning],
             "tuned": self.tuned,
             "stages": [asdict(s) for s in self.stages],
+            "loaders": [dict(x) for x in self.loaders],
         }
 
     def code_change(self) -> str | None:

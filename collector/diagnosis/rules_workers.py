@@ -99,19 +99,30 @@ def worker_imbalance(
     min_per_worker: int = 10,
     consistent: float = 0.8,
 ) -> Symptom | None:
-    """One worker is systematically slower, so waits repeat every num_workers batches.
+    """One worker is systematically slower at producing its batches.
 
         batch   0  1  2  3  4  5  6  7      worker 0 serves 0, 4, 8, ...
-        wait    ██ .  .  .  ██ .  .  .      ready batches from 1-3 sit behind it
+        fetch   ██ .  .  .  ██ .  .  .      its own fetches take longer
 
-    Fires when one worker's fetch takes ``slow_ratio`` (1.5x) the others'
-    median, or (with the loop stalling ``min_stall``) the batches of one worker
-    wait ``wait_ratio`` (3x) longer while it also fetches 1.2x slower (where
-    fetches were timed: equal workers deliver in rounds, and the first batch of
-    each round is the one waited for), and the same worker is the slowest in
-    ``consistent`` (80%) of the epochs (or of 5 equal windows): a systematic
-    difference, not the noise two identical workers show on a busy machine.
+    Judged from each worker's own production time (its fetches, timed in the
+    worker), never from which batch the loop's wait fell on: with round-robin
+    hand-out the wait of equal workers falls on the first batch of each round,
+    whoever produced it (NOTE [ Imbalance is production time ]). Fires when
+    one worker's fetch takes ``slow_ratio`` (1.5x) the others' median, or (with
+    the loop stalling ``min_stall``) the batches of one worker wait
+    ``wait_ratio`` (3x) longer while it also fetches 1.2x slower, and the same
+    worker is the slowest fetcher in ``consistent`` (80%) of the epochs (or of
+    5 equal windows): a systematic difference, not the noise two identical
+    workers show on a busy machine. Without fetch times it stays silent.
     """
+    # NOTE [ Imbalance is production time ]
+    # A DataLoader hands indices to its workers in turn and yields their
+    # batches in order, so equal workers started together deliver in rounds:
+    # the loop waits for the first batch of each round and finds the others
+    # ready. Waits that repeat every num_workers batches are therefore the
+    # order, not a slow worker (an image pipeline's two identical workers read
+    # "worker 0 waits 356 ms vs 5.3 ms"). Only the workers' own fetch times
+    # tell one worker from another; where they were not recorded, no verdict.
     if facts.num_workers < 2:
         return None
     steady = steady_batches(data, facts).dropna(subset=["worker_id"])
@@ -122,6 +133,8 @@ def worker_imbalance(
     findings: list[str] = []
     metrics: dict[str, float] = {}
     slow, ratio, share = _systematic(steady.dropna(subset=["worker_wall_s"]), "worker_wall_s")
+    if slow is None:  # no fetch times: the waits alone cannot tell a slow worker from the order
+        return None
     if slow is not None and ratio >= slow_ratio and share >= consistent:
         fetch = steady.groupby("worker_id")["worker_wall_s"].mean()
         findings.append(
@@ -131,10 +144,8 @@ def worker_imbalance(
         metrics.update(slow_ratio=ratio, consistent_share=share)
     starved = facts.steady_stall_fraction >= min_stall
     slow_w, w_ratio, w_share = _systematic(steady, "stall_s", floor=1e-4)
-    # Equal workers started together deliver in rounds: the loop waits for the first batch of each round
-    # and finds the others ready. That is not imbalance, so where fetch times were measured the worker
-    # whose batches wait must also fetch slower.
-    fetch_agrees = slow is None or (slow == slow_w and ratio >= FETCH_AGREES)
+    # See NOTE [ Imbalance is production time ]: the worker whose batches wait must also fetch slower, steadily.
+    fetch_agrees = slow == slow_w and ratio >= FETCH_AGREES and share >= consistent
     if starved and slow_w is not None and w_ratio >= wait_ratio and w_share >= consistent and fetch_agrees:
         waits = steady.groupby("worker_id")["stall_s"].mean()
         others = float(waits.drop(slow_w).median())

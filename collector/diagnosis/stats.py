@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from collector.diagnosis.accounting import active_spans, job_cpu, mean_range, window_edges
+from collector.diagnosis.accounting import active_spans, job_cpu, mean_range, t95, window_edges
 from collector.diagnosis.data import RunData
 from collector.diagnosis.load import load_costs, load_share
 from collector.diagnosis.phases import STEADY, WARMUP, epoch_starts, label_phases, start_batches
@@ -16,6 +16,7 @@ from collector.diagnosis.phases import STEADY, WARMUP, epoch_starts, label_phase
 MIN_HANDOFF_BATCHES = 10  # ready batches needed before their median wait counts as the hand-off cost
 WINDOWS = 8  # epochs (or equal time windows) the uncertainty is taken over
 MIN_HALF_RANGE = 0.005  # half a point: no measurement on a shared machine is finer
+SHORT_RUN = 10 * WINDOWS  # steady batches below which the stall's windows hold 2 batches each (NOTE [ Stable answers ])
 
 
 @dataclass(frozen=True)
@@ -254,14 +255,21 @@ def stall_range(
     range straddles its threshold is reported as borderline, with the range,
     rather than flipping between two answers from one run to the next.
     A file's rollups (NOTE [ Rollups ]) take part, each minute of them with its batches.
+    A short run (under ``SHORT_RUN`` steady batches) is cut into windows of
+    two batches or more, with Student's t for their few degrees of freedom,
+    so that 18 batches that each wait 490 ms for a 41 ms step are clearly
+    input-bound while 18 that wait now and then are not yet anything.
     """
     idx = np.flatnonzero(steady)
     ts, epoch, v = _points(b, idx, {"stall": stall[idx], "cycle": cycles}, rollups)
-    groups = window_edges(ts, epoch, WINDOWS)
+    short = len(idx) < SHORT_RUN and (rollups is None or rollups.empty)
+    groups = window_edges(ts, epoch, WINDOWS, per_window=2 if short else 10)
     s, c = v["stall"], v["cycle"]
     per = np.array([s[g].sum() / max(c[g].sum(), 1e-12) for g in groups])
     weights = np.array([c[g].sum() for g in groups])
-    lo, hi = mean_range(per, weights)
+    if short and len(groups) < 2:
+        return 0.0, 1.0  # one window: no variation to judge from
+    lo, hi = mean_range(per, weights, z=t95(len(groups) - 1) if short else 2.0)
     half = max((hi - lo) / 2.0, MIN_HALF_RANGE)
     return max(0.0, point - half), min(1.0, point + half)
 

@@ -9,7 +9,8 @@ from typing import Any
 
 from collector.diagnosis.advice import shuffle_advice
 from collector.diagnosis.calibration import C
-from collector.diagnosis.choose import Prediction, candidates, choose, predict
+from collector.diagnosis.choose import Prediction, predict
+from collector.diagnosis.decide import Search, decide
 from collector.diagnosis.model import EpochModel
 from collector.diagnosis.report_types import Alternative, Recommendation, Suggestion, Symptom
 from collector.diagnosis.stats import Facts
@@ -80,7 +81,9 @@ def suggest(
 def _recommend(facts: Facts, model: EpochModel, symptoms: Mapping[str, Symptom], pays: float, advice: Advice) -> None:
     prefetch = symptoms.get("prefetch_too_shallow")
     deeper = int(prefetch.metrics["suggested_prefetch_factor"]) if prefetch is not None else None
-    chosen, alternatives = choose(model, candidates(model, prefetch=deeper))
+    decision = decide(model, Search(prefetch=deeper))  # the report's search: capped, the model's own ranking
+    assert decision is not None  # the report's candidates always hold the recorded setting
+    chosen, alternatives = decision.chosen, decision.alternatives
     fewer = chosen.setting.num_workers < facts.num_workers and "workers_exceed_cores" in symptoms
     if chosen.changes and (chosen.speedup >= pays or fewer):
         advice.recommendation = Recommendation(

@@ -76,6 +76,7 @@ def render(report: Report) -> str:
     if own >= OWN_TIME_SHOWN_S:
         lines.append(f"  the collector's own set-up: {ms(own)}, not counted as waiting")
     lines += render_ranks(report)
+    lines += render_loaders(report)
     if report.symptoms:
         lines += ["", "symptoms:"]
         lines += [
@@ -164,6 +165,26 @@ def render_ranks(report: Report) -> list[str]:
         elif r.get("collective_wait_s"):
             line += f" ({ms(r['collective_wait_s'])} of it waiting at the collective, not compute)"
         lines.append(line)
+    return lines
+
+
+def render_loaders(report: Report) -> list[str]:
+    """One line per loader of the program, the costliest first: its verdict and what its stalls cost."""
+    if len(report.loaders) < 2:
+        return []
+    lines = ["", "loaders (the costliest first; the report below is the first's):"]
+    for r in report.loaders:
+        head = f"  {r['name']} (run {r['run_id']}{', evaluation' if r.get('evaluation') else ''})"
+        if r.get("verdict") is None:
+            lines.append(f"{head}: no verdict: {r.get('why')}")
+            continue
+        share = "" if r.get("time_share") is None else f", {r['time_share']:.0%} of the program's time"
+        lines.append(
+            f"{head}: {r['verdict']}, {WAITING_LABEL} {r['stall_fraction'] or 0.0:.0%} over {r['batches']} batches"
+            f"{share}, stalls cost {r['lost_s']:.1f} s"
+        )
+        if r.get("symptoms"):
+            lines.append(f"      {'; '.join(r['symptoms'])}")
     return lines
 
 

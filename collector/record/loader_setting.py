@@ -74,3 +74,15 @@ def unwatched_by_sigchld(iterator: Any) -> None:
     except (AttributeError, ValueError, RuntimeError):
         return  # another torch: its watch stays
     iterator._worker_pids_set = False
+
+
+def watched_by_sigchld(iterator: Any) -> None:
+    """A kept trial's persistent workers back on torch's SIGCHLD watch, as the user's own would be."""
+    if iterator is None or getattr(iterator, "_worker_pids_set", True) or not getattr(iterator, "_workers", None):
+        return
+    try:
+        pids = tuple(w.pid for w in iterator._workers)
+        sys.modules["torch"].utils.data._utils.signal_handling._set_worker_pids(id(iterator), pids)
+    except (AttributeError, ValueError, RuntimeError):
+        return
+    iterator._worker_pids_set = True

@@ -91,11 +91,19 @@ def loader_config(loader: Any) -> dict[str, Any]:
         config["dataset_len"] = None
     config["loader"] = type(loader).__name__
     config["resumed"] = resumes(loader)
+    config["grad_enabled"] = _grad_enabled()
     try:
         config["batches_per_epoch"] = len(loader)
     except TypeError:
         config["batches_per_epoch"] = None
     return config
+
+
+def _grad_enabled() -> bool | None:
+    """Whether autograd is on where the loop called iter(): False under ``torch.no_grad()`` (an evaluation loop)."""
+    torch = sys.modules.get("torch")
+    is_enabled = getattr(torch, "is_grad_enabled", None)
+    return bool(is_enabled()) if callable(is_enabled) else None
 
 
 # NOTE [ Resumed runs ]

@@ -12,7 +12,7 @@ from typing import Any
 from collector.errors import CollectorWarning
 from collector.record import windows
 from collector.record.handover import EpochEnded, Shared
-from collector.record.loader_setting import apply, setting_of, target_of
+from collector.record.loader_setting import apply, setting_of, target_of, watched_by_sigchld
 from collector.record.seed_stream import SeedStream
 from collector.record.tuning_job import JOB, say
 from collector.record.tuning_windows import Restarts
@@ -70,7 +70,7 @@ class LiveTuner(Restarts):
         # epoch -> (segment start ns, wall start, this process's CPU then: NOTE [ The first question ] in propose.py)
         self._running: dict[int, tuple[int, float, tuple[int, int] | None]] = {}
         self._length: dict[int, int | None] = {}  # epoch -> len(loader) at its start
-        self._last_batches: int | None = None  # the batches the loader's last whole epoch ended at
+        self._last_batches: int | None = None  # the batches the loader's epoch before ended at
         self._crossed: dict[int, tuple[int, int]] = {}  # epoch -> (batch, ns) of its last window boundary
 
     # -- the training thread ------------------------------------------------
@@ -159,7 +159,6 @@ class LiveTuner(Restarts):
             if self.policy.trying is not None:
                 self.back(event.epoch, 0, f"its epoch ended after {event.batches} batches", warn=False)
             return
-        self._last_batches = event.batches
         t_start_ns, wall_start, cpu_start = running
         start_idx, t0_ns = self._crossed.pop(event.epoch, (0, t_start_ns))
         if event.batches <= start_idx:
@@ -188,6 +187,8 @@ class LiveTuner(Restarts):
             trial = self.policy.measured(segment, self.running)
             if trial is not None:
                 self.shared.trials.append(trial.row())
+                if trial.kept:  # its workers are the loader's own now: torch's SIGCHLD watch again
+                    watched_by_sigchld(target_of(self.loader).__dict__.get("_iterator"))
             run_id, policy = self._run_id(), self.policy
             if self.advisor is not None and run_id is not None and policy.wants_proposal():
                 tried, correction, seen = sorted(policy.tried, key=repr), policy.correction(), policy.segments

@@ -54,6 +54,7 @@ class Job:
     def __init__(self) -> None:
         self._tuners: list[weakref.ref[Any]] = []  # in the order they joined
         self._trying: weakref.ref[Any] | None = None  # the tuner whose trial is in force
+        self._owner: weakref.ref[Any] | None = None  # the tuner that sets torch's threads, once measured
         self.lock = threading.Lock()
 
     def _live(self) -> list[Any]:
@@ -66,7 +67,7 @@ class Job:
         """``tuner`` is one of the job's; its entry (``tuner.job``)."""
         with self.lock:
             if all(e.finished for e in self._entries()):
-                self._tuners = []  # a new job in the same process (a test, a second fit())
+                self._tuners, self._owner = [], None  # a new job in the same process (a test, a second fit())
             self._tuners.append(weakref.ref(tuner))
             return Entry(label)
 
@@ -102,11 +103,21 @@ class Job:
                 self._trying = None
 
     def owns_threads(self, tuner: Any) -> bool:
-        """Whether ``tuner`` sets torch's threads: its loader is the job's costliest tuned one (first joined on a tie)."""
+        """Whether ``tuner`` sets torch's threads: its loader is the job's costliest tuned one.
+
+        The first measured costliest keeps them while it runs and is tuned (a change of owner would
+        undo the thread count it kept); before any epoch is measured, the first to join.
+        """
+        owner = None if self._owner is None else self._owner()
+        if owner is not None and not owner.job.finished and not owner.job.left:
+            return owner is tuner
         rivals = [t for t in self._live() if not t.job.left and not t.job.finished]
         if tuner not in rivals:
             return not rivals and not tuner.job.left
-        return max(rivals, key=lambda t: (t.job.epoch_s or 0.0, -rivals.index(t))) is tuner
+        costliest = max(rivals, key=lambda t: (t.job.epoch_s or 0.0, -rivals.index(t)))
+        if costliest.job.epoch_s is not None:
+            self._owner = weakref.ref(costliest)
+        return costliest is tuner
 
     def finish(self, tuner: Any) -> str | None:
         """``tuner``'s run ended; the job's line once every tuned loader has, where more than one was tuned."""

@@ -82,13 +82,14 @@ class Restarts:
         """An epoch the loop left early (NOTE [ Trials never hurt ]): no measure of its setting.
 
         One that ends without its final next(), short of len(loader), at the run's end or an error's,
-        or at another count than the loader's last whole epoch (a loop that always stops at N batches,
+        or at another count than the loader's epoch before (a loop that always stops at N batches,
         as Lightning's limit_train_batches, is measured)."""
+        before, self._last_batches = self._last_batches, event.batches
         if self.shared.status.get("status") in ("crashed", "interrupted"):
             return True
         if event.t_request_ns is not None or length is None or event.batches >= length:
             return False
-        return self.ending or event.batches != self._last_batches
+        return self.ending or (before is not None and event.batches != before)
 
     def back(self, epoch: int, start_idx: int, why: str, warn: bool, restart: bool = True) -> None:
         """The trial in force ends unjudged and the loader goes back to the last good setting at once

@@ -10,10 +10,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from collector.record import loader_probe
-from collector.tune.policy import Setting
+from collector.tune.policy import C, Setting
 
-LONG_EPOCH_S = 120.0  # an epoch running longer than this is tuned in windows, not at the next epoch
-WINDOW_S = 30.0  # one window of a long epoch: one measured segment
+LONG_EPOCH_S = C.LONG_EPOCH_S  # an epoch running longer than this is tuned in windows, not at the next epoch
+WINDOW_S = C.WINDOW_S  # one window of a long epoch: one measured segment (both: the calibration table's)
 
 # NOTE [ Windows of a long epoch ]
 # Where an epoch runs past LONG_EPOCH_S (or the one before it did), the

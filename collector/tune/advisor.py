@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import asdict
 from typing import Any
 
+from collector.diagnosis.calibration import C
 from collector.diagnosis.model import Setting
 from collector.tune.answers import NothingPays, Proposal, setting_from
 from collector.writer.names import name_this_thread
@@ -65,8 +66,6 @@ from collector.writer.spawn import (
 # machine beside the healthy demo the helper queued 0.13 s for 0.31 s run,
 # and stays polite.
 SERVE = "from collector.tune.advisor import serve; serve()"
-STARVED = 2.0  # queued for a core this many times as long as it ran: the machine is full
-STARVED_MIN_S = 0.1  # and at least this long: a scheduler's latency is not a full machine
 
 
 class AdvisorError(Exception):
@@ -156,7 +155,7 @@ class Advisor:
             return
         ran, waited = now[0] - self._last[0], now[1] - self._last[1]
         self._last = now
-        if not self._raised and waited > max(STARVED * ran, STARVED_MIN_S):
+        if not self._raised and waited > max(C.STARVED * ran, C.STARVED_MIN_S):
             self._raised = self._may_raise = raise_to_ours(self.pid)  # type: ignore[arg-type]
 
     def _line(self) -> bytes | None:

@@ -6,6 +6,7 @@ import dataclasses
 import statistics
 from dataclasses import dataclass, field
 
+from collector.diagnosis.calibration import C
 from collector.diagnosis.model import Setting
 from collector.diagnosis.tuned_line import line
 from collector.tune.answers import NothingPays, Proposal
@@ -75,12 +76,13 @@ from collector.tune.trial import Segment, Trial
 # predicted to beat the current setting by more than its noise" compares the
 # corrected one. The trials table holds the corrected prediction; its
 # ``why`` names the model's own and the correction.
-BASELINE_EPOCHS = 2  # epochs at the user's own setting before the first trial: the warm-up and one steady epoch
-WARMUP_SEGMENTS = 1  # the run's first segment: NOTE [ The warm-up segment ]
-NOISE_FLOOR = 0.03  # a difference smaller than this is never taken as a gain
-MAX_TRIALS = 8
-MIN_CORRECTION = 1 / 3  # the measured / predicted gain ratio is bounded: one noisy trial moves it at most 3x
-MAX_CORRECTION = 3.0
+# the calibration table's (NOTE [ Decision constants ] in collector/diagnosis/calibration_decisions.py)
+BASELINE_EPOCHS = int(C.BASELINE_EPOCHS)
+WARMUP_SEGMENTS = int(C.WARMUP_SEGMENTS)
+NOISE_FLOOR = C.NOISE_FLOOR
+MAX_TRIALS = int(C.MAX_TRIALS)
+MIN_CORRECTION = C.MIN_CORRECTION
+MAX_CORRECTION = C.MAX_CORRECTION
 
 
 def settled_by(seen: int | None) -> bool:

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict
 from typing import Any
 
 import pandas as pd
 
 from collector.diagnosis import rules_memory, rules_workers
 from collector.diagnosis.build import build_model, parallel_share_between
-from collector.diagnosis.choose import candidates, choose, predict
+from collector.diagnosis.choose import Ranking, predict
 from collector.diagnosis.data import RunData, load_run
+from collector.diagnosis.decide import Search, decide
 from collector.diagnosis.model import EpochModel, Setting
 from collector.diagnosis.stats import measure
 from collector.diagnosis.tuned import stored_settings
@@ -21,8 +22,6 @@ from collector.store.reader import Reader
 
 SETTLE_TIMEOUT_S = 10.0  # how long the epoch just measured may take to reach the file
 POLL_S = 0.05
-QUIET_CORES = 0.25  # other processes' busy cores below which no one loses cores to more workers
-SHARED_WORKERS_PER_CORE = 2  # beside others' load: the articles' most, "1-2x physical cores" (../shared/SOURCES.md)
 
 # NOTE [ Seen from every measured setting ]
 # The model is built from the epochs at the current setting, and one
@@ -60,27 +59,6 @@ SHARED_WORKERS_PER_CORE = 2  # beside others' load: the articles' most, "1-2x ph
 # the report does.
 
 
-# NOTE [ After a miss ]
-# A trial that measured no gain says where the model is wrong, not that
-# nothing pays: on the course pipeline's light class (2 cores, from no
-# workers) the first trial, 8 persistent workers predicted 1.33x, measured
-# 0.80x; the correction then scaled every gain by a third, nothing cleared
-# the noise, and the 2 persistent workers on 1 thread that measure 1.25x
-# were never tried. So after a miss the next candidates come from what was
-# measured: the settings between the current one and the missed one (fewer
-# workers than the trial's, on either thread count, persistent or not),
-# ranked by the models of every measured setting (NOTE [ Seen from every
-# measured setting ]) with no correction (``between``), since both ends of
-# that span are measurements of this job; a trial there still has to
-# measure faster than the current setting's noise to be kept. Where none
-# lies between, the corrected model ranks everything, as before.
-# And no first trial goes far beyond the cores without evidence: CPU-bound
-# loading on a quiet machine may try SHARED_WORKERS_PER_CORE a physical
-# core, or twice the workers the job already runs ("raise while watching
-# until it plateaus", ../shared/SOURCES.md), so more workers come a step at
-# a time, each step measured.
-
-
 def propose(
     db: str,
     run_id: int,
@@ -100,12 +78,12 @@ def propose(
     The model is built from the run's epochs at ``current`` (the setting the
     tuner has settled on: collector/diagnosis/data.py), once ``epoch`` has
     reached the file. The candidates are the diagnosis's own and the job's
-    own worker count past their cap (``tuner_candidates``), less those tried
-    and, for an IterableDataset, those with another worker count; ``choose``
-    picks among them and ``current``, as for the report's recommendation, so
-    no change wins where nothing is clearly better: each ranked by its
-    predicted gain times ``correction``, the policy's from the trials so far
-    (NOTE [ Measurement steers the model ]). ``edges``: the training
+    own worker count past their cap, less those tried and, for an
+    IterableDataset, those with another worker count; ``decide``, the
+    report's decision with the tuner's ``Search``, picks among them and
+    ``current``, so no change wins where nothing is clearly better: each
+    ranked by its predicted gain times ``correction``, the policy's from the
+    trials so far (NOTE [ Measurement steers the model ]). ``edges``: the training
     process's readings at the epoch's start and end (NOTE [ The first question ]).
     """
     reader = Reader(db)
@@ -128,21 +106,24 @@ def propose(
         return {"none": "loading was not timed, so no setting can be predicted"}
     others = other_settings(reader, run_id, model, data.all_epochs)
     model = with_measured_share(model, others)
-    vantages = [other for _, other in others]
-    done = set(tried)
-    most_threads = max(t.threads for t in [current, *tried])  # the job's own: the tuner never adds threads
-    allowed = [
-        s
-        for s in tuner_candidates(model, most_threads, facts.physical_cores, deeper_queue(data, facts, model))
-        if s not in done
-        and not (fixed_workers and s.num_workers != current.num_workers)
-        and not (fixed_threads and s.threads != current.threads)
-    ]
-    if not allowed:
+    search = Search(
+        current=current,
+        wide=True,
+        threads=max(t.threads for t in [current, *tried]),  # the job's own: the tuner never adds threads
+        physical_cores=facts.physical_cores,
+        prefetch=deeper_queue(data, facts, model),
+        tried=frozenset(tried),
+        fixed_workers=fixed_workers,
+        fixed_threads=fixed_threads,
+        missed=missed,
+        correction=correction,
+        vantages=tuple(other for _, other in others),
+    )
+    decision = decide(model, search)
+    if decision is None:
         return {"none": "every setting worth trying was tried"}
-    between = [s for s in allowed if missed is not None and _between(s, current, missed)]  # NOTE [ After a miss ]
-    ranked, _ = choose(steered(model, 1.0 if between else correction, vantages), [current, *(between or allowed)])
-    chosen = predict(steered(model, 1.0, vantages), ranked.setting)  # uncorrected: the policy corrects it
+    ranked = decision.chosen
+    chosen = predict(model, ranked.setting, Ranking.seen_from(model, 1.0, search.vantages))  # the policy corrects it
     if chosen.setting == current or not chosen.changes or chosen.speedup <= 1.0:
         return {"none": f"no untried setting is predicted to beat the current one (best {ranked.speedup:.2f}x)"}
     return {
@@ -151,14 +132,8 @@ def propose(
         "predicted": chosen.speedup,
         "low": chosen.low,
         "high": chosen.high,
-        "between": bool(between),
+        "between": decision.between,
     }
-
-
-def _between(setting: Setting, current: Setting, missed: Setting) -> bool:
-    """A setting whose worker count lies from the current one's up to, not at, the missed trial's."""
-    low, high = sorted((current.num_workers, missed.num_workers))
-    return setting != current and low <= setting.num_workers <= high and setting.num_workers != missed.num_workers
 
 
 def with_edges(data: RunData, edges: list[list[float]]) -> RunData:
@@ -213,86 +188,6 @@ def deeper_queue(data: RunData, facts: Any, model: EpochModel) -> int | None:
     """The prefetch_factor the report would try (its prefetch_too_shallow rule's), where the rule finds bursts."""
     symptom = rules_workers.prefetch_too_shallow(data, facts, model)
     return None if symptom is None else int(symptom.metrics["suggested_prefetch_factor"])
-
-
-def tuner_candidates(
-    model: EpochModel, threads: int | None = None, physical_cores: int | None = None, prefetch: int | None = None
-) -> list[Setting]:
-    """The diagnosis's candidates, more workers than its cap (the trial measures them), the job's threads back.
-
-    ``candidates`` stops CPU-bound loading at a worker a core and one more:
-    more take cores from the machine's other users, a loss the model cannot
-    see. The tuner measures before it keeps, so it may go past that cap,
-    and keeps only what measures faster:
-    - on a quiet machine (other processes kept under QUIET_CORES busy), up
-      to SHARED_WORKERS_PER_CORE a physical core or twice the workers the
-      job runs now, whichever is more, within what memory allows: a step at
-      a time (NOTE [ After a miss ]). bench/bench_tune.py's photo pipeline,
-      its persistent epochs of 8 batches, ran 0.93 s with 8 workers and
-      1.09 s with 2 at 2 threads (4 interleaved rounds): 4 are tried first,
-      8 once 4 measured faster; the report, capped, never names either;
-    - beside other processes' load, up to SHARED_WORKERS_PER_CORE workers
-      a physical core the job may use, the most of the articles' range
-      (1-2x physical cores, "raise while watching until it plateaus"): each
-      takes a little more of the cores from the others, and the trial
-      measures what the job gains. Capped at 3 on 2 cores beside a hog,
-      ``cpu``'s 3 persistent workers ran 1.19-1.33 s where 4 ran 1.14-1.15 s
-      (bench/bench_tune.py --hog);
-    - a job that already runs more workers holds that share of the cores:
-      any count up to its own takes no more, and fewer than the cap give
-      it up. Beside a CPU hog, ``oversubscribed``'s best static setting is
-      its own 8 workers made persistent, or 4 (bench/bench_tune.py --hog).
-    The report still caps them and cures an oversubscription
-    (``workers_exceed_cores``).
-
-    ``threads``, the most intra-op threads the job ran at (its own, before a
-    trial took some away): where the step kept every thread it had busy, up
-    to that many come back as candidates (the model plays them by Amdahl's
-    law, NOTE [ Intra-op threads ]). The photo pipeline's best settings hold
-    2 threads; a kept trial of 1 thread otherwise never found its way back.
-    The report never suggests more threads than the job set. ``prefetch``: a
-    deeper queue to try, where the report's prefetch_too_shallow rule finds
-    the loop's waits come in bursts (``deeper_queue``), as the report does.
-    """
-    listed = candidates(model, prefetch=prefetch)
-    own, top = model.recorded.num_workers, max(s.num_workers for s in listed)
-    shared = SHARED_WORKERS_PER_CORE * int(min(physical_cores or model.cores, model.cores))  # of those it may use
-    ceiling = max(shared, 2 * own) if model.others_busy < QUIET_CORES else max(own, shared)  # NOTE [ After a miss ]
-    wider = set(range(top + 1, min(ceiling, model.max_workers) + 1))
-    if top < own <= model.max_workers:
-        wider.add(own)
-    listed += [s.but(num_workers=n) for n in sorted(wider) for s in listed if s.num_workers == top]
-    rec = model.recorded.threads
-    more = range(rec + 1, (threads or rec) + 1) if model.threads_saturated else range(0)
-    return listed + [s.but(threads=t) for t in more for s in listed if s.threads == rec]
-
-
-@dataclass(frozen=True)
-class Steered(EpochModel):
-    """The model as the tuner ranks with it: each speed-up the least that it and ``vantages`` give
-    (NOTE [ Seen from every measured setting ]), its gain scaled by the correction (NOTE [ Measurement
-    steers the model ])."""
-
-    correction: float = 1.0
-    vantages: tuple[EpochModel, ...] = ()  # models of the run's other measured settings
-
-    def speedup(self, setting: Setting) -> float:
-        seen = [v.epoch_s(self.recorded) / max(v.epoch_s(setting), 1e-12) for v in self.vantages]
-        return 1.0 + (min([EpochModel.speedup(self, setting), *seen]) - 1.0) * self.correction
-
-
-def steered(model: EpochModel, correction: float, vantages: list[EpochModel] | None = None) -> EpochModel:
-    """``model`` ranking as the tuner does: the diagnosis's ``choose`` then picks as the tuner would.
-
-    The step's parallel share, where ``model`` has it measured, is the job's:
-    every vantage plays another thread count with it too.
-    """
-    if correction == 1.0 and not vantages:
-        return model
-    share = model.measured_share
-    seen = tuple(v if share is None else dataclasses.replace(v, measured_share=share) for v in vantages or ())
-    own = {f.name: getattr(model, f.name) for f in fields(EpochModel)}
-    return Steered(**own, correction=correction, vantages=seen)
 
 
 def _wait_for_epoch(reader: Reader, run_id: int, epoch: int) -> None:
