@@ -45,10 +45,9 @@ FETCH = "fetch"
 GETITEM = "__getitem__"
 HANDOVER = "hand-over"
 BUDGET = 0.005  # of the worker's fetch time; the sampler and the board take less than the other half
-PUBLISH_S = 0.2  # the monitor drains every 0.2 s; a publish (a marshal of a few dozen rows) costs ~20 us
+PUBLISH_S = 0.2  # the monitor drains every 0.2 s; a publish (a marshal of a few dozen rows) costs a few us
 REPLAY_FILES = 4  # image files a worker names, for replaying their decode (NOTE [ Stage hooks ])
 FILE = "file "  # the prefix of those rows
-_WIDTH = 6  # calls, samples, wall_s, cpu_s, pixels_in, pixels_out (STAGE_FIELDS)
 
 
 class StageClock:
