@@ -3,6 +3,7 @@
     python bench/bench_stages.py cost [--rounds 5] [--batches 40] [--hog]
     python bench/bench_stages.py shares [--transform light|heavy]
     python bench/bench_stages.py draft [--rounds 5] [--torchvision]
+    python bench/bench_stages.py cache [--rounds 5]          (torchvision)
 
 ``cost``: the photo pipeline (bench/pipelines.py, 512-px JPEGs, 2 workers) recorded with ``stages=True`` and
 ``stages=False``, interleaved; the figure is the workers' CPU a sample (their whole lives, from the file's
@@ -31,6 +32,7 @@ from torch.utils.data import DataLoader
 
 import collector
 from collector.diagnosis.replay import replay_draft
+from collector.diagnosis.rules_stages import deterministic_front
 from collector.diagnosis.stages import stages
 from collector.store.reader import Reader
 
@@ -182,9 +184,54 @@ def draft(args: argparse.Namespace, root: Path, db: str) -> None:
     )
 
 
+class CachedFolder(TorchvisionFolder):
+    """The torchvision pipeline with the caching advice applied: each worker keeps its samples after the front."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.cache: dict[int, tuple[torch.Tensor, int]] = {}
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        if index not in self.cache:
+            self.cache[index] = super().__getitem__(index)
+        return self.cache[index]
+
+
+def later_epochs_cpu(dataset: pipelines.JpegFolder, db: str, batches: int, stages_on: bool) -> tuple[int, float]:
+    """(run id, the workers' CPU a batch in the epochs after the first), persistent workers, 3 epochs."""
+    loader = DataLoader(dataset, batch_size=16, num_workers=2, persistent_workers=True)
+    with collector.watch(loader, db=db, gpu_hz=0, host_hz=0, stages=stages_on) as watched:
+        for _ in range(3):
+            for i, _ in enumerate(watched):
+                if i + 1 >= batches:
+                    break
+        run_id = watched.run_id
+    rows = Reader(db).batches(run_id)
+    return run_id, float(rows.loc[rows["epoch"] > 0, "worker_cpu_s"].mean())
+
+
+def cache(args: argparse.Namespace, root: Path, db: str) -> None:
+    measured = []
+    for _ in range(args.rounds):
+        _, plain = later_epochs_cpu(TorchvisionFolder(root), db, args.batches, False)
+        _, cached = later_epochs_cpu(CachedFolder(root), db, args.batches, False)
+        measured.append(plain / cached)
+    table = stages(Reader(db).worker_stages(later_epochs_cpu(TorchvisionFolder(root), db, args.batches, True)[0]))
+    assert table is not None
+    front = deterministic_front(table)
+    share = sum(f.cpu_s or 0.0 for f in front) / table.fetch_cpu_s
+    speedup = statistics.median(measured)
+    print(
+        f"the front ({', '.join(f.row.stage for f in front)}): {share:.1%} of the workers' CPU, {0.95 * share:.1%} "
+        f"saved predicted (95% of it): production {1 / (1 - 0.95 * share):.2f}x; measured {1 - 1 / speedup:.1%} "
+        f"saved, {speedup:.2f}x (workers' CPU a batch after the first epoch, median of {args.rounds} interleaved "
+        f"rounds: {', '.join(f'{m:.2f}' for m in measured)})"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=("cost", "shares", "draft"))
+    parser.add_argument("what", choices=("cost", "shares", "draft", "cache"))
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--batches", type=int, default=40)
     parser.add_argument("--transform", choices=tuple(pipelines.TRANSFORMS), default="light")
@@ -194,7 +241,8 @@ def main() -> None:
     args = parser.parse_args()
     root = pipelines.make_jpegs(args.images, args.batches * 16)
     with tempfile.TemporaryDirectory() as tmp:
-        {"cost": cost, "shares": shares, "draft": draft}[args.what](args, root, str(Path(tmp) / "bench.sqlite"))
+        what = {"cost": cost, "shares": shares, "draft": draft, "cache": cache}[args.what]
+        what(args, root, str(Path(tmp) / "bench.sqlite"))
 
 
 if __name__ == "__main__":

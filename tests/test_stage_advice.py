@@ -97,6 +97,13 @@ def test_the_deterministic_front_is_cached_up_to_the_first_random_step_with_its_
     assert cache.expected_speedup_range[0] <= cache.expected_speedup <= cache.expected_speedup_range[1]
 
 
+def test_a_pipeline_without_a_random_step_caches_whole_samples(model):
+    rows = (PHOTO[0], PHOTO[1], stage("__getitem__", 0.2))
+    cache = next(s for s in stage_advice(table(*rows), model, {}) if s.parameter == "cache")
+    assert cache.suggested == "cache whole samples"
+    assert "transform 0 Resize, __getitem__" in cache.reason
+
+
 def test_uint8_to_the_gpu_only_beside_a_gpu(model):
     rows = (
         stage("PIL decode JPEG", 0.3),

@@ -12,7 +12,7 @@ from collector.diagnosis.calibration import C
 from collector.diagnosis.model import EpochModel
 from collector.diagnosis.replay import DraftGain
 from collector.diagnosis.report_types import Suggestion
-from collector.diagnosis.stages import HANDOVER, StageFacts, Stages
+from collector.diagnosis.stages import GETITEM, HANDOVER, StageFacts, Stages
 
 # NOTE [ Advice inside the pipeline ]
 # Each rule reads the stage table (collector/diagnosis/stages.py) and names a
@@ -126,8 +126,12 @@ def _decode_smaller(
     )
 
 
-def _front(st: Stages) -> list[StageFacts]:
-    """The stages every epoch repeats alike: open, decode, and the transforms before the first random one."""
+def deterministic_front(st: Stages) -> list[StageFacts]:
+    """The stages every epoch repeats alike: open, decode, and the transforms before the first random one.
+
+    A Compose with no random step at all makes the whole sample the same every epoch: the dataset's own code
+    (``__getitem__``, its sampled functions) joins the front.
+    """
     steps = []
     for f in st.get("transform "):
         _, position, name = f.row.stage.split(" ", 2)
@@ -136,13 +140,13 @@ def _front(st: Stages) -> list[StageFacts]:
     front = st.get("PIL open") + st.get("PIL decode ")
     for _, name, f in steps:
         if RANDOM.match(name):
-            break
+            return front
         front.append(f)
-    return front
+    return front + (st.get(GETITEM) + st.get("code ") if steps else [])
 
 
 def _cache_front(st: Stages, model: EpochModel, config: Mapping[str, Any], min_share: float) -> Suggestion | None:
-    front = _front(st)
+    front = deterministic_front(st)
     share = sum(f.row.share for f in front)
     if share < 2 * min_share or not front:
         return None
@@ -161,7 +165,9 @@ def _cache_front(st: Stages, model: EpochModel, config: Mapping[str, Any], min_s
         1.0,
         parameter="cache",
         current="decoded every epoch",
-        suggested=f"cache samples after {last.row.stage}",
+        suggested="cache whole samples"
+        if last.row.stage.startswith(("__", "code "))
+        else (f"cache samples after {last.row.stage}"),
         reason=(
             f"the deterministic front ({', '.join(f.row.stage for f in front)}) takes {share:.0%} of the workers' "
             f"time and gives the same output every epoch; cached, it is a lookup"
