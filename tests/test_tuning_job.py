@@ -69,6 +69,9 @@ def job(db: str, eval_batches: int, **change: Any) -> dict[str, list[dict[str, A
             out.setdefault(name, []).append(
                 {"epoch": epoch, "setting": json.loads(setting) if setting else None, "at": (started, ended)}
             )
+        out["warnings"] = [
+            {"run": name, "warnings": warnings} for name, warnings in conn.execute("SELECT name, warnings FROM runs")
+        ]
         out["trials"] = [
             {"run": name, "epoch": epoch, "kept": kept}
             for name, epoch, kept in conn.execute(
@@ -97,6 +100,8 @@ def test_a_few_batch_evaluation_loader_is_left_alone_and_never_sets_the_threads_
     assert "stallwatch left val (test_tuning_job.py:" in err and "3 batches are too short" in err
     assert "stallwatch tuned train (test_tuning_job.py:" in err and "num_workers 0 -> 2" in err
     assert "stallwatch tuned the job: " in err and "over 2 loaders" in err
+    (val_warnings,) = [w["warnings"] for w in rows["warnings"] if w["run"] == "val"]
+    assert "live tuning left this loader at its setting" in val_warnings  # the note, stored with the run
 
 
 @pytest.mark.slow

@@ -90,7 +90,10 @@ class Session:
             from collector.record.tuning import LiveTuner, TunedEvents
 
             label = f"{name} ({os.path.basename(self.monitor.origin[0])}:{self.monitor.origin[1]})"
-            self.tuner = LiveTuner(loader, self.shared, db, tune, lambda: self.monitor.run_id, label, self.monitor.warn)
+            monitor = self.monitor
+            self.tuner = LiveTuner(
+                loader, self.shared, db, tune, lambda: monitor.run_id, label, monitor.warn, monitor.note
+            )
             self.shared.epoch_events = TunedEvents(100_000, self.tuner, self._wall_of)
 
     def _wall_of(self, t_ns: int) -> float:

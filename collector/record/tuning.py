@@ -42,6 +42,7 @@ class LiveTuner(Restarts):
         run_id: Any,
         label: str = "the loader",
         warn: Callable[[str, str], None] | None = None,
+        note: Callable[[str, str], None] | None = None,
     ) -> None:
         self.loader = loader
         self.shared = shared
@@ -49,15 +50,16 @@ class LiveTuner(Restarts):
         self._run_id = run_id  # () -> the run's id once the monitor has created it, else None
         self.label = label  # the run's name and where watch() was called
         self._warn = warn or (lambda key, message: None)  # the monitor's: warned once, stored with the run
+        self._note = note or (lambda key, message: None)  # the monitor's: stored with the run's warnings
         self.failed: str | None = None
         self.advisor: Advisor | None = None
         target = target_of(loader)
         self.iterable = getattr(target, "_dataset_kind", 0) == 1  # torch's _DatasetKind.Iterable
         self.policy = Policy(start=setting_of(target), every=every, fixed_workers=self.iterable)
-        self.notes: list[str] = []
         if self.iterable:
-            self.notes.append(
-                "an IterableDataset shards its data by worker, so the tuner never changes num_workers here"
+            self._note(
+                "tuning-iterable",
+                "an IterableDataset shards its data by worker, so the tuner never changes num_workers here",
             )
         self.kind = None if self.iterable else windows.route(target)  # NOTE [ Windows of a long epoch ]
         self.long = False  # an epoch ran past LONG_EPOCH_S: the next are tuned in windows from their start
@@ -81,6 +83,11 @@ class LiveTuner(Restarts):
         try:
             if self.failed is None:
                 self._sync_threads()
+                self._length[epoch] = length = _length(target_of(self.loader))
+                self.job.batches = self.job.batches or length  # len() until an epoch is measured
+                left = JOB.worth_tuning(self) if self.policy.done is None and self.policy.trying is None else None
+                if left is not None:
+                    self.leave(left)  # before its helper starts: NOTE [ One tuner for the job ]
                 if self.advisor is None and self.policy.done is None:
                     self.advisor = Advisor()
                     if self.advisor.pid is not None:
@@ -88,7 +95,6 @@ class LiveTuner(Restarts):
                 setting, trial = self._choose(mid_epoch=False)
                 self._apply(setting)
                 self._running[epoch] = (t_start_ns, wall_now, process_ns(os.getpid()))
-                self._length[epoch] = _length(target_of(self.loader))
             self.seeds.before_iter(epoch)  # tuned or failed, the user's samples (NOTE [ The same samples ])
         except Exception as exc:  # noqa: BLE001 - the tuner's boundary: never an exception in the loop
             if self.failed is None:
@@ -110,13 +116,8 @@ class LiveTuner(Restarts):
             self.policy.nothing_pays(answer)
         proposal = answer if isinstance(answer, Proposal) else self._held
         self._held = None
-        if proposal is not None and self.policy.trying is None and self.policy.done is None:
-            left = JOB.worth_tuning(self)
-            if left is not None:
-                self.leave(left)
-                proposal = None
-            elif not JOB.may_try(self):  # another loader's trial is in force: NOTE [ One tuner for the job ]
-                self._held, proposal = proposal, None
+        if proposal is not None and self.policy.trying is None and self.policy.done is None and not JOB.may_try(self):
+            self._held, proposal = proposal, None  # another loader's trial is in force: NOTE [ One tuner for the job ]
         if mid_epoch and proposal is not None and not restartable(self.kind, self.running, proposal.setting):
             self._held, proposal = proposal, None
         chosen = self.policy.next_setting(proposal)
@@ -146,7 +147,7 @@ class LiveTuner(Restarts):
         """This loader stays at its setting for the rest of the run (NOTE [ One tuner for the job ])."""
         self.policy.done = f"left at its setting: {why}"
         self.job.left = why
-        self.notes.append(f"left at its setting: {why}")
+        self._note("tuning-left", f"live tuning left this loader at its setting: {why}")
         self.close_advisor()
 
     def ended(self, event: EpochEnded, wall_now: float) -> None:
