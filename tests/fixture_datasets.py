@@ -123,27 +123,6 @@ class JpegFiles(Dataset[torch.Tensor]):
         return torch.frombuffer(bytearray(small.tobytes()), dtype=torch.uint8).view(self.side, self.side, 3)
 
 
-def spin(seconds: float) -> int:
-    """Burns CPU in pure Python for ``seconds``: a user's own function for the stack sampler to find."""
-    end = time.perf_counter() + seconds
-    count = 0
-    while time.perf_counter() < end:
-        count += 1
-    return count
-
-
-class SpinningDataset(SlowDataset):
-    """Each sample burns ``spin_s`` of CPU in ``spin``: no torchvision, no PIL."""
-
-    def __init__(self, length: int, spin_s: float) -> None:
-        super().__init__(length)
-        self.spin_s = spin_s
-
-    def __getitem__(self, index: int) -> torch.Tensor:
-        spin(self.spin_s)
-        return torch.tensor([float(index)])
-
-
 def write_jpegs(folder: str, count: int, side: int) -> list[str]:
     """``count`` smooth RGB JPEGs of ``side`` pixels a side in ``folder``; their paths."""
     import os

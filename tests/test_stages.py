@@ -6,7 +6,7 @@ import multiprocessing
 
 import pytest
 import torch
-from fixture_datasets import JpegFiles, NappingDataset, SpinningDataset, write_jpegs
+from fixture_datasets import JpegFiles, NappingDataset, write_jpegs
 from torch.utils.data import DataLoader
 
 import collector
@@ -91,12 +91,12 @@ def test_an_image_that_fails_to_open_raises_as_without_stallwatch(db_path, jpegs
 
 
 def test_a_dataset_without_hooks_gets_its_own_functions_from_the_stack_sampler(db_path):
-    loader = DataLoader(SpinningDataset(16, spin_s=0.02), batch_size=4, num_workers=1)
+    loader = DataLoader(NappingDataset(16, nap_s=0.02), batch_size=4, num_workers=1)
     run_id, _ = record(loader, db_path)
     stages = by_stage(db_path, run_id)
-    spin = stages["code fixture_datasets.py:spin"]
-    assert spin.wall_s.sum() > 0.5 * stages["fetch"].wall_s.sum()
-    assert spin.calls.sum() >= 5  # ticks
+    nap = stages["code fixture_datasets.py:nap"]
+    assert nap.wall_s.sum() > 0.5 * stages["fetch"].wall_s.sum()
+    assert nap.calls.sum() >= 5  # ticks
 
 
 def test_the_report_shows_the_stage_table(db_path, jpegs):
@@ -127,6 +127,6 @@ def test_without_workers_stages_false_starts_no_sampler(db_path):
     import threading
 
     before = set(threading.enumerate())
-    run_id, _ = record(DataLoader(SpinningDataset(8, spin_s=0.001), batch_size=4), db_path, stages=False)
+    run_id, _ = record(DataLoader(NappingDataset(8, nap_s=0.001), batch_size=4), db_path, stages=False)
     assert Reader(db_path).worker_stages(run_id).empty
     assert not [t for t in set(threading.enumerate()) - before if t.name == "sw-stages"]
