@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 
 class StallwatchError(Exception):
     """Base class: a problem the user can fix, with a one-line message saying how."""
@@ -49,3 +52,13 @@ class FactoryNotFound(StallwatchError):
 
 class CollectorWarning(RuntimeWarning):
     """Something the collector could not record; training goes on unaffected."""
+
+
+def unknown_keywords(function: str, given: Mapping[str, Any], valid: tuple[str, ...]) -> str:
+    """The TypeError text for misspelled keywords: the function, the closest valid name, all valid names."""
+    import difflib
+
+    name = sorted(given)[0]
+    close = difflib.get_close_matches(name, valid, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"{function}() got an unexpected keyword argument {name!r}{hint}; its keywords are {', '.join(valid)}"

@@ -72,6 +72,15 @@ class FakeRun:
             )
         return self
 
+    def stages(self, rows: dict[str, tuple[float, float | None]], worker_id: int = 0) -> FakeRun:
+        """worker_stages rows: stage -> (wall_s, cpu_s), one call each."""
+        with self.store.transaction() as conn:
+            conn.executemany(
+                "INSERT INTO worker_stages VALUES (?, ?, ?, 1, 0, ?, ?, NULL, NULL, ?)",
+                [(self.run_id, worker_id, stage, wall, cpu, self.ts) for stage, (wall, cpu) in rows.items()],
+            )
+        return self
+
     def end(self, at: float, status: str = "completed", dropped_records: int = 0) -> FakeRun:
         with self.store.transaction() as conn:
             conn.execute(

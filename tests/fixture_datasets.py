@@ -97,3 +97,61 @@ class StreamPlace:
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         self.pos = state["pos"]
+
+
+class JpegFiles(Dataset[torch.Tensor]):
+    """Decodes JPEG files with PIL, then ``transform`` (a torchvision Compose) or a plain resize to ``side``."""
+
+    def __init__(self, paths: list[str], side: int = 16, transform: object = None, sleep_s: float = 0.0) -> None:
+        self.paths = paths
+        self.side = side
+        self.transform = transform
+        self.sleep_s = sleep_s
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        from PIL import Image
+
+        if self.sleep_s:
+            time.sleep(self.sleep_s)
+        image = Image.open(self.paths[index]).convert("RGB")
+        if self.transform is not None:
+            return self.transform(image)  # type: ignore[operator, no-any-return]
+        small = image.resize((self.side, self.side))
+        return torch.frombuffer(bytearray(small.tobytes()), dtype=torch.uint8).view(self.side, self.side, 3)
+
+
+def write_jpegs(folder: str, count: int, side: int) -> list[str]:
+    """``count`` smooth RGB JPEGs of ``side`` pixels a side in ``folder``; their paths."""
+    import os
+
+    import numpy as np
+    from PIL import Image
+
+    ramp = np.linspace(0, 255, side, dtype=np.float32)
+    paths = []
+    for i in range(count):
+        pixels = np.stack([np.add.outer(ramp, ramp) / 2, np.add.outer(ramp, -ramp) % 256, np.full((side, side), i)], -1)
+        path = os.path.join(folder, f"{i:03d}.jpg")
+        Image.fromarray(pixels.astype(np.uint8)).save(path, "JPEG", quality=90)
+        paths.append(path)
+    return paths
+
+
+def nap(seconds: float) -> None:
+    """Waits ``seconds`` (as a read from slow storage would): a user's own function for the stack sampler to find."""
+    time.sleep(seconds)
+
+
+class NappingDataset(SlowDataset):
+    """Each sample waits ``nap_s`` in ``nap``: no torchvision, no PIL, no CPU."""
+
+    def __init__(self, length: int, nap_s: float) -> None:
+        super().__init__(length)
+        self.nap_s = nap_s
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        nap(self.nap_s)
+        return torch.tensor([float(index)])

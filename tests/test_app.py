@@ -384,3 +384,15 @@ def _foreign_run_now(path: str) -> None:
         )
     finally:
         store.close()
+
+
+def test_run_page_shows_where_the_workers_time_goes(app_for: AppFor, recorded_db: str) -> None:
+    at = app_for(recorded_db, run_id=2)  # demo-healthy: four workers
+    assert_clean(at)
+    assert "Inside the workers" in [s.value for s in at.subheader]
+    tables = [df.value for df in at.dataframe if "stage" in df.value.columns]
+    assert tables, "a stage table"
+    table = tables[0]
+    assert {"calls", "ms a sample", "share", "CPU", "blocked"} <= set(table.columns)
+    assert "collate" in set(table["stage"])
+    assert table["share"].between(0, 1).all()

@@ -38,6 +38,6 @@ def test_every_relative_link_in_the_readme_and_docs_reaches_a_file() -> None:
 
 
 def test_ci_runs_the_readmes_test_command() -> None:
-    command = "pip install torch==2.13.0 -r requirements-dev.txt -e . && python -m pytest"
+    command = "pip install torch==2.14.1 torchvision==0.29.1 -r requirements-dev.txt -e . && python -m pytest"
     assert command in README.read_text()
     assert command in (REPO / ".ci" / "run").read_text().replace("pip install -q ", "pip install ")  # quieter in CI

@@ -111,6 +111,22 @@ def test_worker_production_splits_each_fetch_into_cpu_and_the_rest(db_path):
     assert {s.labels["part"]: round(s.value, 6) for s in samples} == {"cpu": 0.75, "io": 0.25}
 
 
+def test_worker_stages_are_served_as_cpu_and_blocked_seconds_by_stage(db_path):
+    store = Store(db_path)
+    run = start_run(store, workers=2).add([0.01] * 10)
+    run.stages({"fetch": (2.0, 1.5), "PIL decode JPEG": (1.0, 0.75), "code data.py:load": (0.5, None)})
+    run.stages({"fetch": (2.0, 1.0), "file /data/a.jpg": (0.0, 0.0)}, worker_id=1)
+    exp, _ = exporter(db_path, now=run.ts)
+    samples = scrape_samples(exp, "stallwatch_worker_stage_seconds_total")
+    got = {(s.labels["stage"], s.labels["part"]): round(s.value, 6) for s in samples}
+    assert got == {
+        ("fetch", "cpu"): 2.5,
+        ("fetch", "blocked"): 1.5,
+        ("PIL decode JPEG", "cpu"): 0.75,
+        ("PIL decode JPEG", "blocked"): 0.25,
+    }
+
+
 def test_every_series_carries_run_job_rank_and_host_with_empty_strings_for_unknowns(db_path):
     store = Store(db_path)
     start_run(store, "a", rank=3, job_id="job-7", hostname="node-b").add([0.01] * 30)
@@ -205,7 +221,7 @@ def test_a_bad_file_among_the_arguments_is_reported_once_and_skipped_while_the_o
 
 def test_a_scrape_serves_every_metric_of_the_table_and_nothing_else(db_path, tmp_path):
     store = Store(db_path)
-    run = start_run(store, "gpu-run", workers=2).add([0.01] * 40).gpu([50.0, 70.0])
+    run = start_run(store, "gpu-run", workers=2).add([0.01] * 40).gpu([50.0, 70.0]).stages({"collate": (1.0, 0.5)})
     exp, _ = exporter(db_path, bad_file("not-sqlite", tmp_path), now=run.ts + 1)  # a bad file: its error series
     server = ExporterServer(exp, "127.0.0.1", 0).start()
     try:

@@ -51,6 +51,8 @@ def make_old_file(path: str, version: int) -> None:
             conn.execute(f"DROP TABLE {table}")
     if version < 6:
         conn.execute("DROP TABLE trials")
+    if version < 7:
+        conn.execute("DROP TABLE worker_stages")
     conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(version),))
     conn.close()
 
@@ -65,8 +67,8 @@ def schema_version(path: str) -> int:
 
 
 def test_every_column_added_since_version_1_has_a_default_for_readers():
-    added = {s.split()[5] for v in (2, 3, 4, 5, 6) for s in MIGRATIONS[v] if s.startswith("ALTER TABLE runs")}
-    assert added == set(RUN_DEFAULTS) and SCHEMA_VERSION == 6
+    added = {s.split()[5] for v in (2, 3, 4, 5, 6, 7) for s in MIGRATIONS[v] if s.startswith("ALTER TABLE runs")}
+    assert added == set(RUN_DEFAULTS) and SCHEMA_VERSION == 7
     for version, columns in LATER_COLUMNS.items():
         other = {(s.split()[2], s.split()[5]) for s in MIGRATIONS[version] if s.startswith("ALTER") and "runs" not in s}
         assert other == set(columns)
@@ -87,6 +89,19 @@ def test_a_version_2_file_reads_without_the_time_split_and_is_migrated_by_the_ne
         assert conn.execute("SELECT COUNT(*) FROM worker_exits").fetchone() == (0,)
         columns = {row[1] for row in conn.execute("PRAGMA table_info(proc_samples)")}
     assert {"cpu_s", "runq_s", "threads"} <= columns
+
+
+def test_a_version_6_file_reads_without_stages_and_gains_their_table_from_the_next_writer(db_path):
+    make_old_file(db_path, 6)
+    reader = Reader(db_path)
+    run_id = int(reader.runs().loc[0, "id"])
+    assert reader.worker_stages(run_id).empty and schema_version(db_path) == 6
+    store = Store(db_path)
+    store.create_run("new", **RUN)
+    store.close()
+    assert schema_version(db_path) == SCHEMA_VERSION == 7
+    with sqlite3.connect(db_path) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM worker_stages").fetchone() == (0,)
 
 
 def test_a_version_1_file_reads_with_defaults_and_is_left_unchanged(db_path):

@@ -78,6 +78,7 @@ def findings(report: Report | Unavailable) -> None:
             if s.rule_of_thumb not in (None, ""):
                 st.caption(f"rule of thumb: {s.rule_of_thumb}")
     _tuning(report)
+    stage_table(report)
     for note in report.notes:
         st.caption(md(note))
 
@@ -109,6 +110,41 @@ def _tuning(report: Report) -> None:
             "measured": st.column_config.NumberColumn(format="%.2fx"),
             "noise": st.column_config.NumberColumn("its noise", format="percent"),
         },
+    )
+
+
+def stage_table(report: Report) -> None:
+    """Where the workers' fetch time goes, stage by stage (NOTE [ Stage timing ] in collector/record/stage_clock.py)."""
+    if not report.stages:
+        return
+    st.subheader("Inside the workers", divider="gray")
+    rows = [
+        {
+            "stage": row.stage,
+            "calls": row.calls,
+            "ms a sample": row.ms_per_sample,
+            "share": row.share,
+            "CPU": row.cpu_share,
+            "blocked": None if row.cpu_share is None else 1.0 - row.cpu_share,
+        }
+        for row in report.stages
+    ]
+    st.dataframe(
+        rows,
+        hide_index=True,
+        key="sw_stages",
+        column_config={
+            "ms a sample": st.column_config.NumberColumn(format="%.3f"),
+            "share": st.column_config.ProgressColumn("share of the workers' time", format="percent", min_value=0.0),
+            "CPU": st.column_config.NumberColumn("on a CPU", format="percent"),
+            "blocked": st.column_config.NumberColumn("blocked", format="percent"),
+        },
+    )
+    st.caption(
+        "Each stage's own time in the timed fetches: a torchvision Compose step by position and class, PIL's open "
+        "and decode, the dataset's own __getitem__, collate, the hand-over to the training process (beside the "
+        "fetch); 'code file:function' rows are the stack sampler's. Blocked: waiting on storage, locks, sleeps "
+        "or a core."
     )
 
 

@@ -8,7 +8,10 @@ from typing import Any
 from collector.diagnosis import rules_cpu, rules_loop, rules_memory, rules_workers
 from collector.diagnosis.build import build_model
 from collector.diagnosis.data import RunData
+from collector.diagnosis.replay import replay_draft
 from collector.diagnosis.report_types import Report, Symptom
+from collector.diagnosis.rules_stages import stage_advice
+from collector.diagnosis.stages import stages
 from collector.diagnosis.stats import Facts, measure
 from collector.diagnosis.suggest import suggest
 from collector.diagnosis.summary import summary
@@ -21,8 +24,8 @@ MIN_STAKE_S = 1.0  # a loader's active seconds after warm-up below which no symp
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2}
 
 
-def diagnose_data(data: RunData) -> Report:
-    """The pure part: tables in, Report out."""
+def diagnose_data(data: RunData, *, replay_decode: bool = True) -> Report:
+    """The pure part: tables in, Report out (``replay_decode``: NOTE [ Replayed decode ], the one outside call)."""
     facts = measure(data)
     run = {key: data.run.get(key) for key in RUN_KEYS}
     run["status"] = data.run.get("state") or data.run.get("status")
@@ -30,6 +33,7 @@ def diagnose_data(data: RunData) -> Report:
     run["config"] = data.config
     run["host"] = data.host_facts
     word = verdict(facts)
+    table = stages(data.stages)
     notes = _state_notes(data.run)
     trials = tuning(data.trials) if len(data.trials) else ()
     line = tuned_line(data.all_epochs) if trials else None
@@ -43,7 +47,13 @@ def diagnose_data(data: RunData) -> Report:
             "record a longer run"
         )
         return Report(
-            run=run, summary=summary(facts, data), verdict=word, notes=tuple(notes), tuning=trials, tuned=line
+            run=run,
+            summary=summary(facts, data),
+            verdict=word,
+            notes=tuple(notes),
+            tuning=trials,
+            tuned=line,
+            stages=table.table() if table is not None else (),
         )
     worker_bytes = rules_memory.worker_private_bytes(data.procs)
     if worker_bytes is None and facts.num_workers == 0:
@@ -65,7 +75,10 @@ def diagnose_data(data: RunData) -> Report:
     symptoms = sorted(at_stake(found, facts, notes), key=lambda s: SEVERITY_ORDER.get(s.severity, 3))
     loader = {**data.config, "stage": run["stage"], "framework": run["framework"]}
     advice = suggest(facts, model, {s.id: s for s in symptoms}, loader=loader)
-    suggestions = advice.suggestions
+    replay = replay_draft if replay_decode else None
+    suggestions = advice.suggestions + stage_advice(
+        table, model, data.config, cuda=facts.cuda, batch_nbytes=facts.batch_nbytes, replay=replay
+    )
     notes += advice.notes
     trend = rules_memory.trend_note(data, facts)
     if trend and "memory_pressure" not in {s.id for s in symptoms}:
@@ -94,6 +107,7 @@ def diagnose_data(data: RunData) -> Report:
         notes=tuple(notes),
         tuning=trials,
         tuned=line,
+        stages=table.table() if table is not None else (),
     )
 
 

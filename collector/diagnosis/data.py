@@ -31,6 +31,7 @@ class RunData:
     rollups: pd.DataFrame = field(default_factory=pd.DataFrame)  # per epoch, batches no longer rows (NOTE [ Rollups ])
     trials: pd.DataFrame = field(default_factory=pd.DataFrame)  # a tuned run's trials (schema 6)
     all_epochs: pd.DataFrame = field(default_factory=pd.DataFrame)  # every epoch, a tuned run's trials included
+    stages: pd.DataFrame = field(default_factory=pd.DataFrame)  # each worker's time by stage (schema 7)
 
     @property
     def config(self) -> dict[str, Any]:
@@ -138,6 +139,7 @@ def _load(
         rollups=rollups,
         trials=reader.trials(run_id),
         all_epochs=all_epochs,
+        stages=reader.worker_stages(run_id),
     )
 
 

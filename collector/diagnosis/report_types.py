@@ -63,6 +63,20 @@ class Recommendation:
     unpriced: tuple[str, ...] = ()  # changes in the line the model cannot price (shuffle): counted as none
 
 
+PIPELINE_PARAMETERS = ("decode_size", "cache", "uint8_to_gpu", "handover")  # advice inside the pipeline
+
+
+@dataclass(frozen=True)
+class StageRow:
+    """One stage over every worker: the report's ``stages`` entries (names are the JSON contract)."""
+
+    stage: str
+    calls: int
+    ms_per_sample: float  # its own wall time a sample, in milliseconds
+    share: float  # of the workers' fetch wall time, 0..1 (the hand-over runs beside it)
+    cpu_share: float | None  # of its own time, the part on a CPU (the rest blocked: storage, locks, sleeps)
+
+
 @dataclass(frozen=True)
 class Report:
     """The diagnosis of one run; ``to_dict`` is the documented JSON contract."""
@@ -77,6 +91,7 @@ class Report:
     recommendation: Recommendation | None = None
     tuning: tuple[dict[str, Any], ...] = ()  # a tuned run's trials (collector/diagnosis/tuned.py)
     tuned: str | None = None  # the line a tuned run ended with: what the tuner kept, measured
+    stages: tuple[StageRow, ...] = ()  # where the workers' fetch time goes (collector/diagnosis/stages.py)
     loaders: tuple[dict[str, Any], ...] = ()  # a program's loaders, costliest first (collector.diagnosis.loaders)
 
     def to_dict(self) -> dict[str, Any]:
@@ -97,6 +112,7 @@ class Report:
             else {**asdict(self.recommendation), "code_change": self.code_change()},
             "tuning": [dict(t) for t in self.tuning],
             "tuned": self.tuned,
+            "stages": [asdict(s) for s in self.stages],
             "loaders": [dict(x) for x in self.loaders],
         }
 

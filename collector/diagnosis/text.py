@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collector.diagnosis.report_types import Report
+from collector.diagnosis.report_types import PIPELINE_PARAMETERS, Report, Suggestion
 from collector.diagnosis.units import ms
 
 # NOTE [ One waiting figure ]
@@ -85,15 +85,16 @@ def render(report: Report) -> str:
         ]
     lines += render_tuning(report)
     lines += render_recommendation(report)
-    if report.suggestions:
+    loader = [g for g in report.suggestions if g.parameter not in PIPELINE_PARAMETERS]
+    inside = [g for g in report.suggestions if g.parameter in PIPELINE_PARAMETERS]
+    if loader:
         lines += ["", "each change:" if report.recommendation else "suggestions:"]
-        for g in report.suggestions:
-            gain = (
-                "" if g.expected_speedup is None else f", {speedup_text(g.expected_speedup, g.expected_speedup_range)}"
-            )
-            thumb = "" if g.rule_of_thumb is None else f"; rule of thumb: {g.rule_of_thumb}"
-            lines.append(f"  {g.parameter}: {g.current} -> {g.suggested}{gain}{thumb}")
-            lines.append(f"      {g.reason}")
+        lines += [line for g in loader for line in _suggestion(g)]
+    lines += render_stages(report)
+    if inside:
+        lines += ["", "inside the pipeline (beyond the loader's settings):"]
+        lines += [line for g in inside for line in _suggestion(g)]
+    if loader:
         change = report.code_change()
         if change and report.recommendation is None:
             lines.append(f"  paste: {change}")
@@ -101,6 +102,25 @@ def render(report: Report) -> str:
         lines += ["", "notes:"]
         lines += [f"  - {n}" for n in report.notes]
     return "\n".join(lines)
+
+
+def _suggestion(g: Suggestion) -> list[str]:
+    gain = "" if g.expected_speedup is None else f", {speedup_text(g.expected_speedup, g.expected_speedup_range)}"
+    thumb = "" if g.rule_of_thumb is None else f"; rule of thumb: {g.rule_of_thumb}"
+    return [f"  {g.parameter}: {g.current} -> {g.suggested}{gain}{thumb}", f"      {g.reason}"]
+
+
+def render_stages(report: Report) -> list[str]:
+    """The stage table: where the workers' fetch time goes (NOTE [ Stage timing ])."""
+    if not report.stages:
+        return []
+    width = max(len(row.stage) for row in report.stages)
+    lines = ["", "where the workers' time goes (share of their fetch time; cpu: of the stage's own time):"]
+    lines.append(f"  {'stage':<{width}}  {'calls':>7}  {'ms/sample':>9}  {'share':>5}  {'cpu':>4}")
+    for row in report.stages:
+        cpu = "" if row.cpu_share is None else f"{row.cpu_share:.0%}"
+        lines.append(f"  {row.stage:<{width}}  {row.calls:>7}  {row.ms_per_sample:>9.3f}  {row.share:>5.0%}  {cpu:>4}")
+    return lines
 
 
 def speedup_text(speedup: float, low_high: tuple[float, float] | None) -> str:

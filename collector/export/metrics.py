@@ -54,6 +54,12 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
         "Worker seconds producing batches (__getitem__ + collate): part=cpu is the worker's CPU time, "
         "part=io the rest (storage, sleeping, waiting for a core).",
     ),
+    "stallwatch_worker_stage_seconds": (
+        "counter",
+        ("stage", "part"),
+        "Worker seconds by stage inside the timed fetches (a Compose step, PIL decode, __getitem__, collate, "
+        "hand-over; stage=fetch is the timed fetches whole): part=cpu on a CPU, part=blocked the rest.",
+    ),
     "stallwatch_gpu_utilization_ratio": (
         "gauge",
         ("gpu",),
@@ -156,6 +162,11 @@ def _add_run(f: dict[str, Any], s: RunSnapshot) -> None:
         cpu = min(s.fetch_cpu_s, s.fetch_wall_s)
         f["stallwatch_worker_production_seconds"].add_metric([*labels, "cpu"], cpu)
         f["stallwatch_worker_production_seconds"].add_metric([*labels, "io"], s.fetch_wall_s - cpu)
+    for stage, (wall, stage_cpu) in s.stages.items():
+        if stage_cpu is not None:  # a stage without a CPU figure is not split, so not exported
+            on_cpu = min(stage_cpu, wall)
+            f["stallwatch_worker_stage_seconds"].add_metric([*labels, stage, "cpu"], on_cpu)
+            f["stallwatch_worker_stage_seconds"].add_metric([*labels, stage, "blocked"], wall - on_cpu)
     for gpu, util in sorted(s.gpu_util_pct.items()):
         f["stallwatch_gpu_utilization_ratio"].add_metric([*labels, str(gpu)], util / 100.0)
     f["stallwatch_dropped_records"].add_metric(labels, s.dropped_records)

@@ -11,6 +11,7 @@ import numpy as np
 
 from collector.export.stall import Window, WindowStall, window_stall
 from collector.store import export_queries as q
+from collector.store.stage_sql import stage_seconds
 from collector.store.tuning_queries import loader_setting
 
 # Bucket bounds of the wait histogram, in seconds: from a ready batch's
@@ -69,6 +70,7 @@ class RunSnapshot:
     dropped_records: int
     dropped_samples: int
     setting: dict[str, float] = field(default_factory=dict)  # the loader's setting now, by parameter
+    stages: dict[str, tuple[float, float | None]] = field(default_factory=dict)  # (wall_s, cpu_s) by stage
 
 
 SETTING_PARAMETERS = ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory", "threads")
@@ -259,4 +261,5 @@ class RunTail:
             dropped_records=int(row.get("dropped_records") or 0),
             dropped_samples=int(row.get("dropped_samples") or 0),
             setting=setting_of(info, loader_setting(conn, self.run_id)),
+            stages=stage_seconds(conn, self.run_id),
         )

@@ -80,6 +80,7 @@ class Shared:
     stride: list[int]  # describe every stride-th batch; see NOTE [ Batch size sampling ]
     timing_rings: TimingRings | None = None  # made at watch() (a DataLoader) or when the first workers start
     retired_rings: list[TimingRings] = field(default_factory=list)  # replaced by larger ones (a tuner's more workers)
+    stage_sources: list[Any] = field(default_factory=list)  # the training process's stage sampler (stage_main.py)
     status: dict[str, Any] = field(default_factory=dict)  # set by the training thread on crash
     timers: dict[int, Timer] = field(default_factory=dict)  # epoch -> plain loop's; NOTE [ Compiled hot loop ]
     trials: deque[tuple[Any, ...]] = field(default_factory=deque)  # the tuner's trial rows (TRIAL_COLUMNS)

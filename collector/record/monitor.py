@@ -73,6 +73,7 @@ class Monitor(threading.Thread):
         self._produced: dict[int, int] = {}  # epoch -> batches handed out, as far as we know
         self._ended: set[int] = set()  # epochs whose end event arrived
         self._drained = 0  # records taken off the buffers
+        self._stages: list[tuple[Any, ...]] = []  # stage growth drained from the boards (NOTE [ Stage boards ])
         self._unwritten = 0  # drained, then lost to a failed write or a missing file
         self._writer = Supervisor(self._opening, None)
         self._cuda_in_use = cuda_in_use
@@ -255,13 +256,12 @@ class Monitor(threading.Thread):
             self._dirty_epochs.add(epoch)
 
     def _drain_fetches(self) -> list[bytes]:
-        retired = self.shared.retired_rings  # rings a tuner's larger worker count replaced
-        segments = [part for _ in range(len(retired)) for part in retired.pop(0).drain()]
-        rings = self.shared.timing_rings
-        if rings is None:
-            return segments
-        segments += rings.drain()
-        if rings.lost:
+        retired, rings = self.shared.retired_rings, self.shared.timing_rings  # retired: a tuner's more workers'
+        every = [retired.pop(0) for _ in range(len(retired))] + ([rings] if rings is not None else [])
+        segments = [part for each in every for part in each.drain()]
+        sources = [each.boards for each in every if each.boards is not None] + self.shared.stage_sources
+        self._stages += [row for source in sources for row in source.drain()]
+        if rings is not None and rings.lost:
             self.warn("timing-lost", f"{rings.lost} worker fetch timings were overwritten before they were read")
         return segments
 
@@ -298,6 +298,7 @@ class Monitor(threading.Thread):
         self._dirty_epochs.clear()
         flush = Flush(records=chunks, timed=timed, epochs=epochs, fetches=fetches, idle=idle, update=update)
         flush.trials, flush.helpers = drain(self.shared.trials), drain(self.shared.helpers)
+        flush.stages, self._stages = self._stages, []
         if final:
             flush.iterated = sum(self._produced.values())
             self._final = flush  # sent by _close, retried there: NOTE [ Final state ] in collector/writer/child.py

@@ -23,6 +23,7 @@ from collector.record.load_clock import LoadClock
 from collector.record.monitor import Monitor
 from collector.record.plain_loop import plain_loop
 from collector.record.runinfo import command_line, distributed, job_id, loader_config, resumes, torch_threads, versions
+from collector.record.stage_main import follow_in_process
 from collector.record.worker_timing import TimingRings, WorkerHook
 from collector.sample.host import host_facts
 from collector.sample.sampler import Rates
@@ -50,10 +51,11 @@ class Session:
         stage: str | None = None,
         timing_rings: TimingRings | None = None,  # made ahead, at watch(): TimingRings.for_loader
         tune: int | None = None,  # live tuning: at most one epoch in ``tune`` on a trial (None: off)
+        stages: bool = True,  # time each worker's stages: NOTE [ Stage timing ] in collector/record/stage_clock.py
         **monitor_kwargs: Any,
     ) -> None:
         self.loader = loader
-        self.stage = stage
+        self.stage, self.stages = stage, stages
         self._iterate = iterate  # `collector run` passes DataLoader's original __iter__
         self.shared = Shared(
             records={shape: deque(maxlen=BUFFER_RECORDS) for shape in ("queue", "sampled", "described")},
@@ -63,8 +65,7 @@ class Session:
         )
         if timing_rings is not None and timing_rings.workers == getattr(loader, "num_workers", 0):
             self.shared.timing_rings = timing_rings
-        self._epoch = 0
-        self.closed = False
+        self._epoch, self.closed = 0, False
         rank, world = distributed()
         start = RunStart(
             name=name,
@@ -206,16 +207,16 @@ class Session:
             self.monitor.warn("worker-timing", unsupported)
         if not workers or not hasattr(loader, "worker_init_fn") or unsupported is not None:
             t0 = time.perf_counter_ns()
-            return self._iterate(loader), time.perf_counter_ns() - t0
-        # Worker processes that start in iter() get the timing hook for this
-        # call only, so the user's loader keeps its own worker_init_fn; workers
-        # that already run (persistent ones) keep the hook they started with.
-        # See NOTE [ Worker timing ].
+            it, t1 = self._iterate(loader), time.perf_counter_ns()  # in this order: iter() timed alone
+            return (follow_in_process(self.shared, it, loader) if self.stages and not workers else it), t1 - t0
+        # Workers that start in iter() get the timing hook for this call only (the loader keeps its own
+        # worker_init_fn); those already running (persistent) keep theirs. See NOTE [ Worker timing ].
         rings = self.shared.timing_rings
         if rings is None or rings.workers < workers:  # a tuner may add workers: NOTE [ Live tuning ]
             if rings is not None:
                 self.shared.retired_rings.append(rings)  # the monitor drains what is left in them
-            rings = self.shared.timing_rings = TimingRings(loader.multiprocessing_context or get_context(), workers)
+            context = loader.multiprocessing_context or get_context()
+            rings = self.shared.timing_rings = TimingRings(context, workers, self.stages)
         original = loader.worker_init_fn
         loader.worker_init_fn = WorkerHook(rings, original)
         t0 = time.perf_counter_ns()

@@ -10,6 +10,7 @@ from collections.abc import Iterator, Mapping
 from types import TracebackType
 from typing import Any, NoReturn
 
+from collector.errors import unknown_keywords
 from collector.record.live import LogFn, check_log, prepare_reading
 from collector.record.origin import user_frame
 from collector.record.runinfo import generated_name
@@ -144,7 +145,7 @@ class _Spec:
         import collector.record.autowatch  # noqa: F401 - imported once, here
 
         try:
-            self.rings = TimingRings.for_loader(loader)
+            self.rings = TimingRings.for_loader(loader, self.monitor_kwargs.get("stages", True))
         except OSError:  # no shared memory now: the first iter() tries again
             self.rings = None
 
@@ -204,7 +205,7 @@ NODES_NOTE = (
     "depth (ready, in_flight) and worker fields (worker_id, worker_pid, the workers' fetch timings) are not recorded"
     "; batches, waits and steps are"
 )
-WATCH_KEYWORDS = ("db", "run", "gpu_hz", "host_hz", "tags", "keep_batches", "tune", "log")
+WATCH_KEYWORDS = ("db", "run", "gpu_hz", "host_hz", "tags", "keep_batches", "tune", "log", "stages")
 
 
 def watch(
@@ -218,6 +219,7 @@ def watch(
     keep_batches: int | None = DEFAULT_KEEP_BATCHES,
     tune: bool | int = False,
     log: LogFn | None = None,
+    stages: bool = True,
     **unknown: NoReturn,
 ) -> WatchedLoader:
     """Wrap ``loader`` so every batch's wait is recorded into a SQLite file.
@@ -231,6 +233,7 @@ def watch(
     most one epoch in N on a trial (docs/tuning.md). Bad arguments raise here;
     nothing the collector does later ever raises into the loop.
 
+    ``stages=False`` stops timing where each worker's fetch time goes (docs/recording.md).
     ``log(metrics, step)`` gets the run's figures every 5 s and at its end, from
     stallwatch's thread (``stallwatch/waiting_for_data``, ``wait_ms``, ...; step:
     batches so far); one that raises is warned about once and dropped. E.g.
@@ -239,18 +242,12 @@ def watch(
     if unknown:
         raise TypeError(unknown_keywords("watch", unknown, WATCH_KEYWORDS))
     every = tune_every(tune)
+    if not isinstance(stages, bool):
+        raise TypeError(f"stages must be True or False, got {stages!r}")
     extra: dict[str, Any] = {k: v for k, v in (("tune", every), ("log", log)) if v}
+    if stages is False:
+        extra["stages"] = False
     return watch_with(loader, db, run, gpu_hz=gpu_hz, host_hz=host_hz, tags=tags, keep_batches=keep_batches, **extra)
-
-
-def unknown_keywords(function: str, given: Mapping[str, Any], valid: tuple[str, ...]) -> str:
-    """The TypeError text for misspelled keywords: the function, the closest valid name, all valid names."""
-    import difflib
-
-    name = sorted(given)[0]
-    close = difflib.get_close_matches(name, valid, n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return f"{function}() got an unexpected keyword argument {name!r}{hint}; its keywords are {', '.join(valid)}"
 
 
 def watch_with(

@@ -7,9 +7,12 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from types import FrameType, TracebackType
 from typing import Any
 
+from collector.record.stage_board import StageBoards
+from collector.record.stage_clock import StageClock
+from collector.record.stage_worker import start_stages, wrap_collate
+from collector.record.worker_failure import worker_failure
 from collector.sample.schedstat import ThreadClock, split
 from collector.writer.frames import FETCH
 
@@ -63,20 +66,21 @@ Entry = tuple[float, ...]
 class TimingRings:
     """One shared-memory ring of fetch timings per worker id."""
 
-    def __init__(self, context: Any, workers: int) -> None:
+    def __init__(self, context: Any, workers: int, stages: bool = True) -> None:
         self.workers = workers
+        self.boards = StageBoards(context, workers) if stages else None  # NOTE [ Stage boards ]
         self.data = [context.RawArray("d", RING_SLOTS * FIELDS) for _ in range(workers)]
         self.heads = context.RawArray("q", workers)  # entries ever written, per worker id
         self._read = [0] * workers  # main process only
         self.lost = 0
 
     @classmethod
-    def for_loader(cls, loader: Any) -> TimingRings | None:
+    def for_loader(cls, loader: Any, stages: bool = True) -> TimingRings | None:
         """Rings for the workers of ``loader`` (None without workers), in its multiprocessing context."""
         workers = getattr(loader, "num_workers", 0)
         if not workers or not hasattr(loader, "worker_init_fn"):
             return None
-        return cls(loader.multiprocessing_context or multiprocessing.get_context(), workers)
+        return cls(loader.multiprocessing_context or multiprocessing.get_context(), workers, stages)
 
     def write(self, worker_id: int, entry: Entry) -> None:
         """In a worker: store one entry, then publish it by moving the head."""
@@ -101,7 +105,14 @@ class TimingRings:
 
     def __getstate__(self) -> dict[str, Any]:
         # Workers get the shared arrays, not the main process's read marks.
-        return {"workers": self.workers, "data": self.data, "heads": self.heads, "_read": [], "lost": 0}
+        return {
+            "workers": self.workers,
+            "data": self.data,
+            "heads": self.heads,
+            "_read": [],
+            "lost": 0,
+            "boards": self.boards,
+        }
 
 
 def _segments(start: int, end: int) -> list[tuple[int, int]]:
@@ -121,7 +132,7 @@ class WorkerHook:
 
     def __call__(self, worker_id: int) -> None:
         try:
-            _install(self.rings, worker_id)
+            _install(self.rings, worker_id, _stages(self.rings, worker_id))
         except (ImportError, AttributeError, TypeError):  # the main process checked: see not_supported
             pass
         _report_at_exit(self.rings, worker_id)
@@ -142,7 +153,14 @@ def not_supported() -> str | None:
     return None
 
 
-def _install(rings: TimingRings, worker_id: int) -> None:
+def _stages(rings: TimingRings, worker_id: int) -> StageClock | None:
+    try:
+        return start_stages(getattr(rings, "boards", None), worker_id)
+    except Exception:  # noqa: BLE001 - stage timing is optional; the worker is not
+        return None
+
+
+def _install(rings: TimingRings, worker_id: int, stages: StageClock | None = None) -> None:
     from torch.utils.data import _DatasetKind
 
     original = _DatasetKind.create_fetcher
@@ -151,7 +169,7 @@ def _install(rings: TimingRings, worker_id: int) -> None:
     incarnations = iter(range(1 << 52))
 
     def create_fetcher(*args: Any, **kwargs: Any) -> Any:
-        return TimedFetcher(original(*args, **kwargs), rings, worker_id, next(incarnations))
+        return TimedFetcher(original(*args, **kwargs), rings, worker_id, next(incarnations), stages)
 
     create_fetcher._stallwatch = True  # type: ignore[attr-defined]
     _DatasetKind.create_fetcher = staticmethod(create_fetcher)  # type: ignore[method-assign]
@@ -200,18 +218,23 @@ def _report_at_exit(rings: TimingRings, worker_id: int) -> None:
 class TimedFetcher:
     """Wraps a torch fetcher; reports each fetch's wall time, CPU and wait for a core."""
 
-    __slots__ = ("_inner", "_key", "_read", "_seq", "_wall_offset", "_worker_id", "_write")
+    __slots__ = ("_inner", "_key", "_read", "_seq", "_stages", "_wall_offset", "_worker_id", "_write")
     _inner: Any
     _key: tuple[float, float, float]
     _read: Callable[[], bytes | float]
     _seq: int
+    _stages: StageClock | None
     _wall_offset: float
     _worker_id: int
     _write: Callable[[int, Entry], None]
 
-    def __init__(self, inner: Any, rings: TimingRings, worker_id: int, incarnation: int) -> None:
+    def __init__(
+        self, inner: Any, rings: TimingRings, worker_id: int, incarnation: int, stages: StageClock | None = None
+    ) -> None:
         own = object.__setattr__  # See NOTE [ A fetcher's own attributes ]
         own(self, "_inner", inner)
+        own(self, "_stages", stages)
+        wrap_collate(stages, inner)
         own(self, "_write", rings.write)
         own(self, "_worker_id", worker_id)
         own(self, "_key", (float(os.getpid()), float(worker_id), float(incarnation)))
@@ -237,13 +260,21 @@ class TimedFetcher:
     def fetch(self, *args: Any, **kwargs: Any) -> Any:
         t0 = time.perf_counter()
         s0 = self._read()
+        stages = self._stages  # inside this fetch's own clock reads: NOTE [ Stage timing ]
+        timed = stages is not None and stages.begin()
         try:
             data = self._inner.fetch(*args, **kwargs)
         except StopIteration:
+            if stages is not None:
+                stages.abandon()
             raise  # the end of an IterableDataset: no batch, not counted
         except Exception as exc:  # noqa: BLE001 - handed on as torch's worker loop would
+            if stages is not None:
+                stages.abandon()
             self._record(t0, s0)
             return worker_failure(exc, self._worker_id, sys._getframe(1))
+        if stages is not None:
+            stages.finish(timed, args)
         self._record(t0, s0)
         return data
 
@@ -271,25 +302,3 @@ def _worker_clock() -> ThreadClock:
     if _clock is None:
         _clock = ThreadClock()
     return _clock
-
-
-# NOTE [ A worker's exception ]
-# torch's worker loop catches what ``fetcher.fetch(index)`` raises and sends
-# ``ExceptionWrapper(where="in DataLoader worker process N")``, whose text
-# holds the worker's traceback; the training process raises it. Re-raised
-# through our fetch, that text would gain a line of ours, so the timed
-# fetcher builds the same wrapper itself, from a traceback that starts at the
-# worker loop's line and skips our frame, and returns it: the loop sends it
-# on and the user reads exactly what the plain loader gives.
-
-
-def worker_failure(exc: Exception, worker_id: int, caller: FrameType) -> Any:
-    """What torch's worker loop sends for ``exc``, as if our fetch were not there; re-raises where it cannot."""
-    try:
-        from torch._utils import ExceptionWrapper
-
-        inner = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
-        tb = TracebackType(inner, caller, caller.f_lasti, caller.f_lineno)
-        return ExceptionWrapper(exc_info=(type(exc), exc, tb), where=f"in DataLoader worker process {worker_id}")
-    except Exception:  # noqa: BLE001 - a torch without these: raise as before, one line of ours more
-        raise exc from None

@@ -19,6 +19,7 @@ from collector.errors import CannotRead, DamagedRun, NotAStallwatchFile, Stallwa
 from collector.store import checked, file_checks
 from collector.store.connection import check_meta
 from collector.store.schema import RUN_DEFAULTS, TRIAL_COLUMNS
+from collector.store.stage_sql import STAGE_COLUMNS, STAGES_SELECT
 
 # A running run whose heartbeat is older than this was killed (SIGKILL, OOM, power).
 STALE_AFTER_S = 5.0
@@ -248,6 +249,12 @@ class Reader:
         return self.frame(
             f"SELECT {', '.join(columns)} FROM worker_exits WHERE run_id = ? ORDER BY started_at", (run_id,)
         )
+
+    def worker_stages(self, run_id: int) -> pd.DataFrame:
+        """Each worker's time by stage (NOTE [ Worker stages ]); empty for a file from before schema 7."""
+        if not self.scalar("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'worker_stages'"):
+            return pd.DataFrame(columns=list(STAGE_COLUMNS))
+        return self.frame(STAGES_SELECT, (run_id,))
 
     def trials(self, run_id: int) -> pd.DataFrame:
         """A tuned run's trials (NOTE [ Live tuning ]); empty for an untuned run or a file from before schema 6."""

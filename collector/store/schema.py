@@ -6,6 +6,7 @@ import os
 from collections.abc import Mapping
 
 from collector.store.rollup_schema import ROLLUP_DDL
+from collector.store.stage_sql import STAGES_DDL
 
 APP_ID = "stallwatch"
 DEFAULT_DB = "stallwatch.sqlite"  # the one default file name: watch(), every subcommand, the dashboard
@@ -17,7 +18,7 @@ def default_db_path(environ: Mapping[str, str] = os.environ) -> str:
     return environ.get(ENV_DB) or DEFAULT_DB
 
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 SAMPLE_TABLES = ("gpu_samples", "host_samples", "proc_samples")  # the tables the writer's Sampler fills
 COLLECTOR_ROLES = ("writer", "helper")  # proc_samples.role of our own processes: NOTE [ Our own processes ]
 
@@ -45,6 +46,8 @@ COLLECTOR_ROLES = ("writer", "helper")  # proc_samples.role of our own processes
 #      epochs.setting (the loader's setting that epoch, where a tuner changed
 #      it) and the trials table (each trial: setting, predicted and measured
 #      speed-up, kept or reverted, why).
+#   7: the worker_stages table: each worker's time by stage, its totals
+#      (NOTE [ Worker stages ] in collector/store/stage_sql.py).
 TRIAL_COLUMNS = (
     "epoch",
     "start_idx",
@@ -251,4 +254,5 @@ CREATE INDEX IF NOT EXISTS proc_samples_run_ts ON proc_samples (run_id, ts);
 
 MIGRATIONS[5] = tuple(statement.strip() for statement in ROLLUP_DDL.split(";") if statement.strip())
 MIGRATIONS[6] = ("ALTER TABLE epochs ADD COLUMN setting TEXT", TRIALS_DDL)
-DDL += TRIALS_DDL + ";\n"
+MIGRATIONS[7] = (STAGES_DDL,)
+DDL += TRIALS_DDL + ";\n" + STAGES_DDL + ";\n"

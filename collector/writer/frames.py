@@ -16,6 +16,9 @@ from collector.writer.batch_records import PAIR_BYTES, Record
 # An entry with seq < 0 is the worker's whole life, sent as it exits (NOTE [ Worker totals ]):
 # started_at, wall_s (its lifetime), cpu_s and runq_s, stored in worker_exits.
 FETCH = ("worker_pid", "worker_id", "incarnation", "seq", "started_at", "wall_s", "cpu_s", "runq_s")
+# A worker's stage totals (NOTE [ Stage boards ]): each stage's figures, in this order; a flush carries their
+# growth since the last as (worker_id, stage, *STAGE_FIELDS) rows, added to the worker_stages table.
+STAGE_FIELDS = ("calls", "samples", "wall_s", "cpu_s", "pixels_in", "pixels_out")
 
 FRAME_HEADER = struct.Struct("<I")
 
@@ -96,6 +99,7 @@ class Flush:
     helpers: list[tuple[int, float]] = field(
         default_factory=list
     )  # the tuner's helpers started: (pid, monotonic start)
+    stages: list[tuple[Any, ...]] = field(default_factory=list)  # (worker_id, stage, *STAGE_FIELDS) growth
 
     def record_count(self) -> int:
         """Batches in this frame (a described batch is also among the timed pairs: counted once)."""
@@ -157,7 +161,7 @@ def open_failure(db_path: str, exc: BaseException) -> Warned:
 # only, so each message travels as a tagged tuple and is named again on
 # arrival (decode_frame, decode_replies):
 #   ("open", db_path, run_start_fields, wall0_s, perf0_ns, (gpu_hz, host_hz, keep_batches), run_id, samples_before)
-#   ("flush", records, timed, epoch_rows, fetches, idle, update, iterated)
+#   ("flush", records, timed, epoch_rows, fetches, idle, update, iterated, trials, helpers, stages)
 #   ("close",)
 # and the writer's replies are lists of ("run_id", id) | ("warn", key, text)
 # | ("unwritten", records) | ("taken", samples) | ("alive",) | ("closed",).
@@ -221,6 +225,7 @@ def frame_payload(frame: Frame) -> tuple[Any, ...]:
             frame.iterated,
             frame.trials,
             frame.helpers,
+            frame.stages,
         )
     else:
         payload = ("close",)
@@ -236,9 +241,10 @@ def decode_frame(payload: Any) -> Frame | None:
         db_path, start, wall0_s, perf0_ns, rates, run_id, samples_before = rest
         return Open(db_path, RunStart(**start), wall0_s, perf0_ns, Rates(*rates), run_id, samples_before)
     if tag == "flush":
-        records, timed, epochs, fetches, idle, update, iterated, trials, helpers = rest
+        records, timed, epochs, fetches, idle, update, iterated, trials, helpers, stages = rest
         rows = [EpochRow(*row) for row in epochs]
-        return Flush(records, timed, rows, fetches, idle, update, iterated, trials, [tuple(h) for h in helpers])
+        helpers = [tuple(h) for h in helpers]
+        return Flush(records, timed, rows, fetches, idle, update, iterated, trials, helpers, stages)
     if tag == "close":
         return Close()
     return None

@@ -25,6 +25,7 @@ from collector.store.connection import (
 from collector.store.file_checks import network_warning
 from collector.store.fold import Folder
 from collector.store.schema import TRIAL_COLUMNS
+from collector.store.stage_sql import stage_upsert_sql
 from collector.writer.batch_records import CLOCKS, LAYOUTS, Record, fast_records, ring_clocks
 from collector.writer.frames import (
     FETCH,
@@ -107,6 +108,7 @@ class Sink:
         }
         self._fetch_sql = fetch_insert_sql(run_id)
         self._exit_sql = exit_insert_sql(run_id)
+        self._stage_sql = stage_upsert_sql(run_id)
         # each epoch's start stays rows: its first num_workers batches (1 without), as the diagnosis costs it
         head = max(1, int(start.config.get("num_workers") or 0)) if isinstance(start.config, dict) else 1
         self.folder = Folder(run_id, opening.rates.keep_batches, head=head)  # NOTE [ Rollups ]
@@ -186,6 +188,9 @@ class Sink:
                 statements.append((self._fetch_sql, fetches))
             if exits:
                 statements.append((self._exit_sql, exits))
+        if flush.stages:
+            now = time.time()
+            statements.append((self._stage_sql, [(*row, now) for row in flush.stages if len(row) == 8]))
         self._trials.update({(row[0], row[1]): row for row in flush.trials})  # kept until written, as epochs are
         if self._trials:
             statements.append((self._trial_sql, list(self._trials.values())))
