@@ -16,7 +16,7 @@ from collector.cli import main
 from collector.store.connection import Store
 from collector.store.merge import merge_files
 
-TABLES = ("runs", "epochs", "batches", "worker_fetches", "gpu_samples", "host_samples", "proc_samples")
+TABLES = ("runs", "epochs", "batches", "worker_fetches", "gpu_samples", "host_samples", "proc_samples", "worker_stages")
 
 
 def node_file(directory: Path, node: str, ranks: range, *, batches: int = 40) -> str:
@@ -25,7 +25,7 @@ def node_file(directory: Path, node: str, ranks: range, *, batches: int = 40) ->
     store = Store(path)
     for rank in ranks:
         run = start_run(store, "train", rank=rank, job_id="job-1", hostname=node, pid=100 + rank, started_at=T0 + rank)
-        run.add([0.002 * (rank + 1)] * batches).gpu([40.0 + rank] * 5).end(run.ts + 1)
+        run.add([0.002 * (rank + 1)] * batches).gpu([40.0 + rank] * 5).stages({"collate": (0.5, 0.25)}).end(run.ts + 1)
     store.close()
     return path
 
@@ -122,7 +122,7 @@ def test_the_merge_command_prints_what_each_input_added(tmp_path):
     cmd = [sys.executable, "-m", "collector", "merge", out, a, b]
     lines = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=60).stdout.splitlines()
     assert (
-        lines[0] == f"{a}: 1 run(s), 1 new; 25 batches added (57 rows)"
+        lines[0] == f"{a}: 1 run(s), 1 new; 25 batches added (58 rows)"
     )  # run, epoch, 25 batches and fetches, 5 GPU samples
     assert lines[1].startswith(f"{b}: 2 run(s), 2 new; 50 batches added")
     assert lines[2].startswith(f"merged 2 file(s) into {out}: 75 batches added in ")

@@ -173,6 +173,15 @@ def _copy_rows(conn: sqlite3.Connection, old_id: int, new_id: int) -> int:
             " FROM src.trials WHERE run_id = ?",
             (new_id, old_id),
         )
+    w = [c for c in _shared_columns(conn, "worker_stages") if c != "run_id"]
+    if w:  # both files have it (schema 7): each row a run's totals, which only grow: the one of more calls wins
+        update = ", ".join(f"{c} = excluded.{c}" for c in w if c not in ("worker_id", "stage"))
+        conn.execute(
+            f"INSERT INTO main.worker_stages (run_id, {', '.join(w)}) SELECT ?, {', '.join(w)}"
+            " FROM src.worker_stages WHERE run_id = ? AND true ON CONFLICT (run_id, worker_id, stage)"
+            f" DO UPDATE SET {update} WHERE excluded.calls > worker_stages.calls",
+            (new_id, old_id),
+        )
     for table in SAMPLE_TABLES:
         cols = [c for c in _shared_columns(conn, table) if c != "run_id"]
         conn.execute(
