@@ -16,39 +16,18 @@ from typing import Any
 import psutil
 import pytest
 import torch
+from test_tuning_windows import Offering
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 
 from collector import watch
 from collector.errors import CollectorWarning
 from collector.record import tuning
 from collector.record.loader_setting import setting_of
-from collector.tune.answers import Proposal
-from collector.tune.policy import BASELINE_EPOCHS, Setting
+from collector.tune.policy import BASELINE_EPOCHS
 
 pytestmark = pytest.mark.slow  # worker processes started and ended in trials: about 30 s in all
 
 EPOCHS = BASELINE_EPOCHS + 3
-
-
-class Offering:
-    """The tuner's helper, faked: every poll offers ``change`` against the loader's own setting, predicted 10x."""
-
-    pid = None
-
-    def __init__(self, start: Setting, **change: Any) -> None:
-        self.proposal = Proposal(start, start.but(**change), 10.0, 8.0, 12.0)
-
-    def __call__(self) -> Offering:
-        return self
-
-    def poll(self) -> Proposal:
-        return self.proposal
-
-    def ask(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 class Locked(Dataset[torch.Tensor]):
@@ -151,7 +130,7 @@ def test_a_trial_whose_workers_cannot_start_under_spawn_goes_back_in_the_same_ep
         return DataLoader(Locked(24), batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(1))
 
     plain, loader = epochs_seen(make(), None), make()
-    monkeypatch.setattr(tuning, "Advisor", Offering(setting_of(loader), num_workers=2))
+    monkeypatch.setattr(tuning, "Advisor", Offering(setting_of(loader), {"num_workers": 2}))
     with pytest.warns(CollectorWarning, match="a trial of .* failed .*workers did not start"):
         tuned = epochs_seen(loader, db_path)
     assert tuned == plain
@@ -171,7 +150,7 @@ def test_a_trial_worker_killed_by_a_signal_is_replaced_at_the_last_good_setting_
 
     plain = epochs_seen(loader(), None)
     tuned_loader = loader()
-    monkeypatch.setattr(tuning, "Advisor", Offering(setting_of(tuned_loader), num_workers=2))
+    monkeypatch.setattr(tuning, "Advisor", Offering(setting_of(tuned_loader), {"num_workers": 2}))
     with pytest.warns(CollectorWarning, match="a trial of .* failed"):
         tuned = epochs_seen(tuned_loader, db_path)
     assert (tmp_path / "killed").exists()
@@ -191,7 +170,7 @@ def test_a_worker_init_fn_that_fails_at_more_workers_reverts_the_trial_and_the_d
 
     plain = epochs_seen(loader(), None)
     tuned_loader = loader()
-    monkeypatch.setattr(tuning, "Advisor", Offering(setting_of(tuned_loader), num_workers=2))
+    monkeypatch.setattr(tuning, "Advisor", Offering(setting_of(tuned_loader), {"num_workers": 2}))
     with pytest.warns(CollectorWarning, match="a trial of .* failed .*no resource for worker 1"):
         tuned = epochs_seen(tuned_loader, db_path)
     assert tuned == plain
@@ -219,7 +198,7 @@ def test_a_datasets_own_error_in_a_trial_still_reaches_the_loop_from_the_good_se
 
     plain = caught(loader())
     tuned_loader = loader()
-    monkeypatch.setattr(tuning, "Advisor", Offering(setting_of(tuned_loader), num_workers=2))
+    monkeypatch.setattr(tuning, "Advisor", Offering(setting_of(tuned_loader), {"num_workers": 2}))
     with warnings.catch_warnings(record=True) as caught_warnings:
         warnings.simplefilter("always")
         with watch(tuned_loader, db=db_path, tune=True) as watched:
@@ -236,7 +215,7 @@ def test_ctrl_c_in_a_trial_puts_the_loader_back_ends_its_workers_and_restores_th
     start = setting_of(loader)
     threads = torch.get_num_threads()
     change = {"num_workers": 3, "persistent_workers": persistent, "threads": max(1, threads - 1)}
-    monkeypatch.setattr(tuning, "Advisor", Offering(start, **change))
+    monkeypatch.setattr(tuning, "Advisor", Offering(start, change))
 
     def ctrl_c(loader: DataLoader, i: int) -> None:
         if loader.num_workers == 3 and i == 4:

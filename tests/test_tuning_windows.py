@@ -92,6 +92,9 @@ def test_a_long_epoch_restarts_mid_epoch_at_more_workers_with_the_same_samples_i
     plain = seen(loader(0.0), None)  # the order does not depend on the items' time
     tuned_loader = loader()
     monkeypatch.setattr(tuning, "Advisor", Offering(setting_of(tuned_loader), {"num_workers": 3}))
+    # windows long enough that 3 fresh workers' start (slower beside a larger torch) leaves them most of one
+    monkeypatch.setattr(windows, "LONG_EPOCH_S", 0.6)
+    monkeypatch.setattr(windows, "WINDOW_S", 0.6)
     torch.manual_seed(11)
     tuned = seen(tuned_loader, db_path)
     after = torch.rand(1)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
 from collector.sample.schedstat import ThreadClock, split
+from collector.writer.names import PREFIX
 
 # NOTE [ Loading CPU in the main process ]
 # With num_workers=0 the batch is produced inside next(), on the training
@@ -14,7 +16,8 @@ from collector.sample.schedstat import ThreadClock, split
 # CPU clock misses those (process CPU read 1.7-1.8x the main thread's on a
 # PIL + torch pipeline with torch's 2 threads), and the missing CPU would be
 # booked to the step. So a sampled next() is bracketed by the process's CPU
-# clock, less the collector's own monitor thread, and by the training
+# clock, less the collector's own threads (the monitor; the stage sampler,
+# NOTE [ Stages in the training process ]), and by the training
 # thread's schedstat (NOTE [ Where the time goes ]): its run-queue wait. A
 # reading is (process_cpu_ns - monitor_cpu_ns, raw schedstat); ``delta``
 # turns two into (cpu_ns, runq_ns or None). Other threads of the user's (a
@@ -26,22 +29,25 @@ class LoadClock:
 
     def __init__(self, monitor_ident: int | None) -> None:
         self._thread = ThreadClock()
-        self._monitor_clock: int | None = None
-        if monitor_ident is not None:
+        ours = {t.ident for t in threading.enumerate() if t.name.startswith(PREFIX)} | {monitor_ident}
+        self._clocks: list[int] = []  # the collector's own threads in this process: the monitor, the stage sampler
+        self._last: dict[int, int] = {}  # clock -> its last reading
+        self._ended: set[int] = set()
+        for ident in ours - {None, threading.get_ident()}:
             try:
-                self._monitor_clock = time.pthread_getcpuclockid(monitor_ident)
+                self._clocks.append(time.pthread_getcpuclockid(ident))  # type: ignore[arg-type]
             except (AttributeError, OSError):  # not on this OS, or the thread ended
-                self._monitor_clock = None
+                pass
 
     def _collector_cpu_ns(self) -> int:
-        clock = self._monitor_clock
-        if clock is None:
-            return 0
-        try:
-            return time.clock_gettime_ns(clock)
-        except OSError:  # the monitor thread ended
-            self._monitor_clock = None
-            return 0
+        for clock in self._clocks:
+            if clock in self._ended:
+                continue
+            try:
+                self._last[clock] = time.clock_gettime_ns(clock)
+            except OSError:  # the thread ended: its CPU stays in the process's, at its last reading
+                self._ended.add(clock)
+        return sum(self._last.values())
 
     def read(self) -> tuple[int, bytes | None]:
         return time.process_time_ns() - self._collector_cpu_ns(), self._thread.raw()

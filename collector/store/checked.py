@@ -276,3 +276,16 @@ def json_objects(values: Any, column: str, *, required: bool = False) -> None:
     for value in values:
         if json_object(value, column) is None and required:
             raise DamagedRun(f"{column} is missing")
+
+
+def json_value(value: Any, empty: Any) -> Any:
+    """A JSON column's value; a damaged one reads as empty, its text kept under "unreadable"."""
+    if not isinstance(value, str) or not value:
+        return empty
+    try:
+        decoded = json.loads(value)
+    except ValueError:
+        decoded = None
+    if type(decoded) is not type(empty):  # damaged: NOTE [ Values from a file ]
+        return [f"unreadable: {value}"] if isinstance(empty, list) else {"unreadable": value}
+    return decoded

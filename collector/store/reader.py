@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import sqlite3
@@ -170,7 +169,7 @@ class Reader:
             if column not in df.columns:
                 df[column] = default
         for column in JSON_COLUMNS:
-            df[column] = [_json(v, [] if column == "warnings" else {}) for v in df[column]]
+            df[column] = [checked.json_value(v, [] if column == "warnings" else {}) for v in df[column]]
         now = time.time()
         df["state"] = [
             run_state(s, h, hostname=hn, pid=p, now=now)
@@ -286,19 +285,6 @@ class Reader:
             if column not in df:
                 df[column] = np.nan
         return df
-
-
-def _json(value: Any, empty: Any) -> Any:
-    """A JSON column's value; a damaged one reads as empty, its text kept under "unreadable"."""
-    if not isinstance(value, str) or not value:
-        return empty
-    try:
-        decoded = json.loads(value)
-    except ValueError:
-        decoded = None
-    if type(decoded) is not type(empty):  # damaged: NOTE [ Values from a file ]
-        return [f"unreadable: {value}"] if isinstance(empty, list) else {"unreadable": value}
-    return decoded
 
 
 def _since(alias: str, run_id: int, since_ts: float | None, ts_column: str = "ts") -> tuple[str, tuple[Any, ...]]:
