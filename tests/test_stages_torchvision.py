@@ -8,6 +8,7 @@ import time
 import pytest
 import torch
 from fixture_datasets import JpegFiles, write_jpegs
+from test_stages import record
 from torch.utils.data import DataLoader
 
 import collector
@@ -30,15 +31,6 @@ def torchvision_transforms():
 @pytest.fixture
 def jpegs(tmp_path):
     return write_jpegs(str(tmp_path), 12, side=256)
-
-
-def record(loader, db_path, epochs=1, **kwargs):
-    batches = []
-    with collector.watch(loader, db=db_path, gpu_hz=0, host_hz=0, **kwargs) as watched:
-        for _ in range(epochs):
-            batches += [batch.clone() for batch in watched]
-        run_id = watched.run_id
-    return run_id, batches
 
 
 def stage_rows(db_path, run_id):
