@@ -170,8 +170,11 @@ def test_a_tuned_epoch_with_workers_ends_its_workers_when_the_loop_lets_go_witho
     monkeypatch.setattr(tuning, "Advisor", Offering(setting_of(loader), {"prefetch_factor": 4}))
 
     def live_iterators() -> int:
-        return sum(type(o) is _MultiProcessingDataLoaderIter for o in gc.get_objects())
+        return sum(type(o) is _MultiProcessingDataLoaderIter for o in gc.get_objects()) - before
 
+    before = 0
+    gc.collect()  # earlier tests' garbage is not this test's
+    before = live_iterators()
     gc.disable()
     try:
         with watch(loader, db=db_path, tune=True) as watched:
