@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sqlite3
+import statistics
 import time
 import warnings
 
@@ -238,7 +239,6 @@ def test_a_starved_loader_tuned_live_gets_faster_with_the_same_samples_in_the_sa
     assert tuned == plain
     report = diagnose(db_path, "tuned").to_dict()
     trials = [(t["epoch"], t["setting"], t["measured_speedup"], t["kept"]) for t in report["tuning"]]
-    assert max(times[-2:]) < 0.6 * min(times[:BASELINE_EPOCHS]), (times, trials)
     kept = [t for t in report["tuning"] if t["kept"]]
     assert kept and kept[0]["measured_speedup"] > 1.2 and kept[0]["setting"]["num_workers"] > 0
     assert {"epoch", "setting", "predicted_speedup", "measured_speedup", "kept"} <= set(kept[0])
@@ -246,11 +246,15 @@ def test_a_starved_loader_tuned_live_gets_faster_with_the_same_samples_in_the_sa
     err = capsys.readouterr().err
     assert "stallwatch tuned tuned (test_tuning.py:" in err and "): num_workers 0 -> " in err  # the loader named
     with sqlite3.connect(db_path) as conn:
-        rows = conn.execute("SELECT setting FROM epochs WHERE setting IS NOT NULL ORDER BY run_id, epoch")
-        settings = [json.loads(s) for (s,) in rows]
+        query = "SELECT e.setting FROM epochs e JOIN runs r ON r.id = e.run_id WHERE r.name = 'tuned' ORDER BY e.epoch"
+        settings = [json.loads(s) for (s,) in conn.execute(query)]
         query = "SELECT DISTINCT p.role FROM proc_samples p JOIN runs r ON r.id = p.run_id WHERE r.name = 'tuned'"
         roles = {role for (role,) in conn.execute(query)}
-    assert settings[-1]["num_workers"] == kept[-1]["setting"]["num_workers"]
+    # the run trains on at the kept setting, faster; a neighbour's trial (NOTE [ Measured neighbours ]) and the
+    # kept workers' restart after it are epochs at other speeds, so the kept setting's own epochs are compared
+    final = {k: v for k, v in kept[-1]["setting"].items() if k in settings[-1]}
+    at_kept = [t for t, s in zip(times, settings) if {k: s.get(k) for k in final} == final and not s.get("trial")]
+    assert len(at_kept) >= 3 and statistics.median(at_kept) < 0.6 * min(times[:BASELINE_EPOCHS]), (times, trials)
     assert {
         "writer",
         "helper",

@@ -75,6 +75,15 @@ DECISIONS = (
         "beside a hog, bench/bench_tune.py's cpu pipeline ran 1.19-1.33 s where 4 persistent workers ran 1.14-1.15 s",
     ),
     Constant(
+        "NEIGHBOUR_STEP",
+        0.25,
+        "share of the workers",
+        "chosen: a neighbour's worker count lies at least this share of the current one away (at least one worker) "
+        "(NOTE [ Measured neighbours ] in collector/diagnosis/decide.py): a step of one worker in 20 moves "
+        "loader-bound throughput 5%, within the demos' 1-9% epoch variation, and its trial's fresh workers cost an "
+        "epoch (tests/test_tuning.py's starved loader: 20 to 21 persistent workers, 0.97x, their start 5x the epoch)",
+    ),
+    Constant(
         "BASELINE_EPOCHS",
         2,
         "epochs",

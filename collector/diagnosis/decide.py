@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from collector.diagnosis.calibration import C
-from collector.diagnosis.choose import Prediction, Ranking, candidates, choose
+from collector.diagnosis.choose import Prediction, Ranking, candidates, choose, predict
 from collector.diagnosis.model import EpochModel, Setting
 
 # NOTE [ After a miss ]
@@ -28,6 +29,30 @@ from collector.diagnosis.model import EpochModel, Setting
 # until it plateaus", ../shared/SOURCES.md), so more workers come a step at
 # a time, each step measured.
 
+#
+# NOTE [ Measured neighbours ]
+# Near a kept trial the model cannot rank the settings one change away: its
+# measured error is MODEL_LOW-MODEL_HIGH of a prediction, and on the course
+# pipeline the grid's faster settings (1 thread where the tuner kept 2; 4
+# persistent workers where it kept 2 plain ones) lay 5-15% from the kept
+# one, where the ranking put nothing above that setting's noise and tuning
+# ended. So where no ranked gain clears the current setting's noise and the
+# run has banked a measured gain over its start (a trial was kept), the
+# neighbours of the current setting are measured: another thread count,
+# persistent workers or not, another queue depth, the nearest worker count
+# on each side, the one the model ranks highest first (uncorrected, seen
+# from every measured setting). A neighbour is tried only where the model's
+# range for it reaches past the noise (a gain it cannot rule out: 16
+# workers made non-persistent, their start played at a fifth of the kept
+# speed, are not) and where the model plays it no slower than the start
+# (its speed-up times the banked gain at least 1), so a lost trial costs an
+# epoch slower than the kept setting, not slower than the untuned job. It
+# is kept, as any trial, only where it measures faster than the current
+# setting's noise, and it claims no gain, so it leaves the correction (NOTE
+# [ Measurement steers the model ]) as it was. A count past a measured one
+# is no neighbour: more workers come a step at a time, each step kept. A
+# job that kept nothing (started at its best) tries no neighbour.
+
 
 @dataclass(frozen=True)
 class Search:
@@ -45,6 +70,8 @@ class Search:
     missed: Setting | None = None  # the last trial's, where it measured no gain (NOTE [ After a miss ])
     correction: float = 1.0  # NOTE [ Measurement steers the model ]
     vantages: tuple[EpochModel, ...] = ()  # NOTE [ Seen from every measured setting ]
+    noise: float = 0.0  # the current setting's own variation: a ranked gain must clear it
+    banked: float | None = None  # the current setting's measured speed-up over the start (NOTE [ Measured neighbours ])
 
 
 @dataclass(frozen=True)
@@ -55,6 +82,7 @@ class Decision:
     chosen: Prediction
     alternatives: list[Prediction]
     between: bool = False
+    neighbour: bool = False  # no ranked gain clears the noise: a neighbour measured (NOTE [ Measured neighbours ])
 
 
 def decide(model: EpochModel, search: Search = Search()) -> Decision | None:
@@ -64,19 +92,52 @@ def decide(model: EpochModel, search: Search = Search()) -> Decision | None:
     if not search.wide:
         chosen, alternatives = choose(model, candidates(model, prefetch=search.prefetch))
         return Decision(chosen, alternatives)
-    allowed = [
-        s
-        for s in tuner_candidates(model, search.threads, search.physical_cores, search.prefetch)
-        if s not in search.tried
-        and not (search.fixed_workers and s.num_workers != current.num_workers)
-        and not (search.fixed_threads and s.threads != current.threads)
-    ]
+
+    def permitted(s: Setting) -> bool:
+        return (
+            s not in search.tried
+            and not (search.fixed_workers and s.num_workers != current.num_workers)
+            and not (search.fixed_threads and s.threads != current.threads)
+        )
+
+    listed = tuner_candidates(model, search.threads, search.physical_cores, search.prefetch)
+    allowed = [s for s in listed if permitted(s)]
     if not allowed:
         return None
     inside = [s for s in allowed if search.missed is not None and between(s, current, search.missed)]
     ranking = Ranking.seen_from(model, 1.0 if inside else search.correction, search.vantages)
     chosen, alternatives = choose(model, [current, *(inside or allowed)], ranking)
-    return Decision(chosen, alternatives, bool(inside))
+    if chosen.speedup > 1.0 + search.noise or search.banked is None:
+        return Decision(chosen, alternatives, bool(inside))
+    own = Ranking.seen_from(model, 1.0, search.vantages)
+    near = [predict(model, s, own) for s in neighbours(current, listed, search.threads) if permitted(s)]
+    # within the model's error of a gain, and no slower than the start as the model plays it
+    safe = [p for p in near if p.high > 1.0 + search.noise and p.speedup * search.banked >= 1.0]
+    if not safe:
+        return Decision(chosen, alternatives, bool(inside))
+    return Decision(max(safe, key=lambda p: p.speedup), alternatives, neighbour=True)
+
+
+def neighbours(current: Setting, listed: list[Setting], threads: int | None = None) -> list[Setting]:
+    """The settings one change from ``current`` (NOTE [ Measured neighbours ]): the nearest worker count on
+    each side, C.NEIGHBOUR_STEP of the workers away at least, among the candidates ``listed`` (tried ones too: a step past a measured count is no neighbour),
+    every other thread count up to ``threads``, persistent workers or not, another queue depth in ``listed``."""
+    step = max(1, math.ceil(C.NEIGHBOUR_STEP * current.num_workers - 1e-9))
+    counts = {s.num_workers for s in listed}
+    nearest = [
+        max((n for n in counts if n <= current.num_workers - step), default=None),
+        min((n for n in counts if n >= current.num_workers + step), default=None),
+    ]
+    out = [current.but(num_workers=n) for n in nearest if n is not None]
+    out += [current.but(threads=t) for t in range(1, max(threads or 0, current.threads) + 1) if t != current.threads]
+    if current.num_workers:
+        out.append(current.but(persistent_workers=not current.persistent_workers))
+        out += [
+            s
+            for s in listed
+            if s.prefetch_factor != current.prefetch_factor and s == current.but(prefetch_factor=s.prefetch_factor)
+        ]
+    return list(dict.fromkeys(s for s in out if s != current))
 
 
 def between(setting: Setting, current: Setting, missed: Setting) -> bool:

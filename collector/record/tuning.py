@@ -194,7 +194,13 @@ class LiveTuner(Restarts):
             if self.advisor is not None and run_id is not None and policy.wants_proposal():
                 tried, correction, seen = sorted(policy.tried, key=repr), policy.correction(), policy.segments
                 question = (self.db, run_id, epoch, policy.current, tried, self.iterable, correction, seen, edges)
-                self.advisor.ask(*question, fixed_threads=self._fixed(), missed=policy.missed)
+                self.advisor.ask(
+                    *question,
+                    fixed_threads=self._fixed(),
+                    missed=policy.missed,
+                    noise=policy.noise(policy.current),
+                    banked=policy.banked(),
+                )
             return trial is not None and not trial.kept
         except Exception as exc:  # noqa: BLE001 - the tuner's boundary
             self.fail(exc)

@@ -104,6 +104,8 @@ class Advisor:
         edges: list[tuple[float, float, float]] | None = None,
         fixed_threads: bool = False,
         missed: Setting | None = None,
+        noise: float = 0.0,
+        banked: float | None = None,
     ) -> None:
         """Send a question about the run once ``epoch`` is in the file (None: a window, now); answered by a later ``poll``.
 
@@ -112,6 +114,8 @@ class Advisor:
         (NOTE [ The first question ] in collector/tune/propose.py). ``fixed_threads``: another loader
         of the job owns torch's threads (NOTE [ One tuner for the job ] in collector/record/tuning_job.py).
         ``missed``: the last trial's setting, where it measured no gain (NOTE [ After a miss ] in propose.py).
+        ``noise`` and ``banked``: the current setting's variation and measured gain over the start
+        (NOTE [ Measured neighbours ] in collector/diagnosis/decide.py).
         """
         question = {
             "db": db,
@@ -123,6 +127,8 @@ class Advisor:
             "fixed_threads": fixed_threads,
             "missed": None if missed is None else asdict(missed),
             "correction": correction,
+            "noise": noise,
+            "banked": banked,
             "seen": seen,
             "edges": edges,
         }
@@ -206,6 +212,7 @@ def _decode(line: bytes) -> Proposal | NothingPays:
             high=float(answer["high"]),
             seen=seen,
             between=bool(answer.get("between", False)),
+            neighbour=bool(answer.get("neighbour", False)),
         )
     except (ValueError, KeyError, TypeError) as exc:
         raise AdvisorError(f"the tuner's helper answered {line[:200]!r}") from exc
@@ -233,6 +240,8 @@ def serve() -> None:
                 epoch=q.get("epoch"),
                 correction=float(q.get("correction", 1.0)),
                 edges=q.get("edges"),
+                noise=float(q.get("noise", 0.0)),
+                banked=None if q.get("banked") is None else float(q["banked"]),
             )
         except Exception as exc:  # noqa: BLE001 - the helper's boundary: the question's error goes back as the answer
             answer = {"error": f"{type(exc).__name__}: {exc}"}

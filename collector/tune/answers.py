@@ -35,6 +35,7 @@ class Proposal:
     correction: float = 1.0
     seen: int | None = None  # segments measured when the helper was asked (None: not known)
     between: bool = False  # between settings measured: ranked by their models, not corrected (NOTE [ After a miss ])
+    neighbour: bool = False  # one change from a kept setting, measured (NOTE [ Measured neighbours ])
 
     def corrected(self, speedup: float) -> float:
         """A speed-up of the model's with its gain scaled by ``correction``."""
@@ -43,6 +44,8 @@ class Proposal:
     def described(self) -> str:
         """The corrected prediction in words, with the model's own where they differ."""
         text = f"predicted {self.corrected(self.predicted):.2f}x"
+        if self.neighbour:
+            return f"{text}, one change from the kept setting, within the model's error: measured to decide"
         if abs(self.correction - 1.0) < 0.005:
             return text
         return f"{text} (the model's {self.predicted:.2f}x, its gain x{self.correction:.2f} by this job's trials)"

@@ -145,8 +145,10 @@ class Policy:
             return self.current, None
         if proposal is None or proposal.baseline != self.current or proposal.setting in self.tried:
             return self.current, None
-        proposal = dataclasses.replace(proposal, correction=1.0 if proposal.between else self.correction())
-        if proposal.corrected(proposal.predicted) <= 1.0 + self.noise(self.current, not settled_by(proposal.seen)):
+        measured_only = proposal.between or proposal.neighbour
+        proposal = dataclasses.replace(proposal, correction=1.0 if measured_only else self.correction())
+        beats = proposal.corrected(proposal.predicted) > 1.0 + self.noise(self.current, not settled_by(proposal.seen))
+        if not beats and not (proposal.neighbour and settled_by(proposal.seen)):
             if settled_by(proposal.seen):
                 self.done = (
                     f"no setting is predicted to beat {describe(self.current)} by more than its noise "
@@ -162,7 +164,7 @@ class Policy:
 
     def correction(self) -> float:
         """The trials' measured gains over the model's predicted ones, bounded. See NOTE [ Measurement steers the model ]."""
-        judged = [t for t in self.trials if t.measured is not None]
+        judged = [t for t in self.trials if t.measured is not None and not t.proposal.neighbour]  # no claim of gain
         predicted = sum(t.proposal.predicted - 1.0 for t in judged)
         if predicted <= 0.0:
             return 1.0
@@ -276,6 +278,11 @@ class Policy:
         """A setting's median seconds a batch over its steady segments; None where it has none."""
         times = self._times.get(setting)
         return statistics.median(times) if times else None
+
+    def banked(self) -> float | None:
+        """The kept setting's measured speed-up over the start; None where no trial was kept (NOTE [ Measured
+        neighbours ] in collector/diagnosis/decide.py)."""
+        return None if self.current == self.start else self.measured_speedup()
 
     def measured_speedup(self) -> float | None:
         """The start setting's median seconds a batch over the current one's: None where either is unmeasured."""

@@ -71,6 +71,8 @@ def propose(
     epoch: int | None = None,
     correction: float = 1.0,
     edges: list[list[float]] | None = None,
+    noise: float = 0.0,
+    banked: float | None = None,
 ) -> dict[str, Any]:
     """{"baseline", "setting", "predicted", "low", "high"} (the model's own), or {"none": why} (with
     "later": true where asked before the training process's CPU was sampled twice).
@@ -84,7 +86,9 @@ def propose(
     ``current``, so no change wins where nothing is clearly better: each
     ranked by its predicted gain times ``correction``, the policy's from the
     trials so far (NOTE [ Measurement steers the model ]). ``edges``: the training
-    process's readings at the epoch's start and end (NOTE [ The first question ]).
+    process's readings at the epoch's start and end (NOTE [ The first question ]). ``noise``: the
+    current setting's own variation; ``banked``: its measured speed-up over the start, where a trial
+    was kept (NOTE [ Measured neighbours ] in collector/diagnosis/decide.py).
     """
     reader = Reader(db)
     if epoch is not None:
@@ -118,13 +122,16 @@ def propose(
         missed=missed,
         correction=correction,
         vantages=tuple(other for _, other in others),
+        noise=noise,
+        banked=banked,
     )
     decision = decide(model, search)
     if decision is None:
         return {"none": "every setting worth trying was tried"}
     ranked = decision.chosen
     chosen = predict(model, ranked.setting, Ranking.seen_from(model, 1.0, search.vantages))  # the policy corrects it
-    if chosen.setting == current or not chosen.changes or chosen.speedup <= 1.0:
+    no_gain = chosen.speedup <= 1.0 and not decision.neighbour
+    if chosen.setting == current or not chosen.changes or no_gain:
         return {"none": f"no untried setting is predicted to beat the current one (best {ranked.speedup:.2f}x)"}
     return {
         "baseline": asdict(current),
@@ -133,6 +140,7 @@ def propose(
         "low": chosen.low,
         "high": chosen.high,
         "between": decision.between,
+        "neighbour": decision.neighbour,
     }
 
 
