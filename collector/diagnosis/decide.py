@@ -119,9 +119,12 @@ def decide(model: EpochModel, search: Search = Search()) -> Decision | None:
 
 
 def neighbours(current: Setting, listed: list[Setting], threads: int | None = None) -> list[Setting]:
-    """The settings one change from ``current`` (NOTE [ Measured neighbours ]): the nearest worker count on
-    each side, C.NEIGHBOUR_STEP of the workers away at least, among the candidates ``listed`` (tried ones too: a step past a measured count is no neighbour),
-    every other thread count up to ``threads``, persistent workers or not, another queue depth in ``listed``."""
+    """The settings one change from ``current`` (NOTE [ Measured neighbours ]).
+
+    The nearest worker count on each side, C.NEIGHBOUR_STEP of the workers away at least, among the
+    candidates ``listed`` (tried ones too: a step past a measured count is no neighbour); every other
+    thread count up to ``threads``; persistent workers or not; another queue depth in ``listed``.
+    """
     step = max(1, math.ceil(C.NEIGHBOUR_STEP * current.num_workers - 1e-9))
     counts = {s.num_workers for s in listed}
     nearest = [
