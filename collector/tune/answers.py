@@ -8,11 +8,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from collector.diagnosis.model import Setting
+from collector.diagnosis.setting import stored
 
 
 def setting_json(setting: Setting, trial: bool = False) -> str:
     """The stored form of a setting (epochs.setting, trials.setting): its fields, and whether it was a trial."""
-    return json.dumps({**dataclasses.asdict(setting), **({"trial": True} if trial else {})}, sort_keys=True)
+    return json.dumps({**stored(setting), **({"trial": True} if trial else {})}, sort_keys=True)
 
 
 def setting_from(value: dict[str, Any]) -> Setting:

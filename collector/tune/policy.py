@@ -7,7 +7,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from collector.diagnosis.calibration import C
-from collector.diagnosis.model import Setting
+from collector.diagnosis.setting import Setting, stored
 from collector.diagnosis.tuned_line import line
 from collector.tune.answers import NothingPays, Proposal
 from collector.tune.every import DEFAULT_EVERY
@@ -289,7 +289,7 @@ class Policy:
         speedup = self.measured_speedup()
         if self.current == self.start or speedup is None:
             return None
-        return line(dataclasses.asdict(self.start), dataclasses.asdict(self.current), speedup)
+        return line(stored(self.start), stored(self.current), speedup)
 
 
 def _starts_workers(baseline: Setting, setting: Setting) -> bool:
