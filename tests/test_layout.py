@@ -37,7 +37,7 @@ ALLOWED = {
     "diagnosis": {"store"},
     # the verdict printed when a recorded script ends, and the helper process that prepares it (a writer-like child)
     "verdict": {"writer", "store", "diagnosis"},
-    # the app also formats a sweep's settings with their pure value type (sweep/grid.py)
+    # the app also reads back and formats a sweep's settings (diagnosis's Setting) with sweep/grid.py's helpers
     "app": {"store", "diagnosis", "report", "sweep", "__init__"},
     # the framework callbacks (collector/lightning.py, collector/hf.py): a recording and its printed verdict
     "lightning": {"verdict", "record", "sample"},

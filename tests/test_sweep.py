@@ -15,7 +15,7 @@ import pytest
 from helpers import query
 
 from collector.store.reader import Reader
-from collector.sweep.grid import Grid, Setting
+from collector.sweep.grid import Grid, from_row, sweep_setting
 from collector.sweep.loop import SweepConfig, SweepResult, run_sweep
 from collector.sweep.trial import TrialSpec, run_trial
 
@@ -63,7 +63,7 @@ def test_every_trial_is_a_run_tagged_with_its_sweep_and_exactly_one_is_chosen(un
     rows = query(db, "SELECT id, status, tags FROM runs ORDER BY id")
     tags = [json.loads(t) for _, _, t in rows]
     assert [t["sweep"] for t in tags] == [result.sweep_id] * len(result.trials)
-    assert [Setting.from_dict(t["trial"]) for t in tags] == [t.setting for t in result.trials]
+    assert [from_row(t["trial"], threads=GRID.threads) for t in tags] == [t.setting for t in result.trials]
     assert all(status == "completed" for _, status, _ in rows)
     assert all(t["result"]["samples_per_s"] > 0 for t in tags)
     chosen = [row_id for (row_id, _, _), t in zip(rows, tags, strict=True) if t.get("chosen")]
@@ -109,7 +109,7 @@ def test_worker_start_up_and_warm_up_stay_out_of_throughput(tmp_path: Path) -> N
     db = str(tmp_path / "slowstart.sqlite")
     trial = run_trial(
         sweep_factories.make_slow_start,
-        Setting(2, 2),
+        sweep_setting(2, 2, threads=1),
         TrialSpec(db=db, name="slow start", tags={}, trial_s=0.8),
     )
     assert trial.error is None
@@ -127,7 +127,7 @@ def test_a_trial_leaves_no_worker_processes_behind(tmp_path: Path) -> None:
     before = {p.pid for p in multiprocessing.active_children()}
     trial = run_trial(
         sweep_factories.make_capped,
-        Setting(2, 2, persistent_workers=True),
+        sweep_setting(2, 2, persistent_workers=True, threads=1),
         TrialSpec(db=str(tmp_path / "w.sqlite"), name="t", tags={}, trial_s=0.3),
     )
     assert trial.error is None

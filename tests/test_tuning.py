@@ -253,7 +253,9 @@ def test_a_starved_loader_tuned_live_gets_faster_with_the_same_samples_in_the_sa
     # the run trains on at the kept setting, faster; a neighbour's trial (NOTE [ Measured neighbours ]) and the
     # kept workers' restart after it are epochs at other speeds, so the kept setting's own epochs are compared
     final = {k: v for k, v in kept[-1]["setting"].items() if k in settings[-1]}
-    at_kept = [t for t, s in zip(times, settings) if {k: s.get(k) for k in final} == final and not s.get("trial")]
+    at_kept = [
+        t for t, s in zip(times, settings, strict=True) if {k: s.get(k) for k in final} == final and not s.get("trial")
+    ]
     assert len(at_kept) >= 3 and statistics.median(at_kept) < 0.6 * min(times[:BASELINE_EPOCHS]), (times, trials)
     assert {
         "writer",

@@ -11,7 +11,7 @@ from app.components import welcome
 from app.plain import md
 from collector.store import sweep_queries
 from collector.store.reader import Reader
-from collector.sweep.grid import Setting
+from collector.sweep.grid import code, from_row
 
 PLOT_CONFIG = {"displaylogo": False}
 PICK_KEY = "sw_sweep_pick"
@@ -41,9 +41,10 @@ def render(reader: Reader) -> None:
         st.warning("This sweep chose no setting (it was stopped, or every setting failed).", icon=":material/warning:")
     else:
         row = chosen.iloc[0]
-        setting = Setting.from_dict({k: _plain(row[k]) for k in sweep_queries.SETTING_COLUMNS})
+        # a sweep's rows keep no threads, and the line to paste names none
+        setting = from_row({k: _plain(row[k]) for k in sweep_queries.SETTING_COLUMNS}, threads=1)
         st.success(f"Chosen: run #{int(row['run_id'])}, {row['samples_per_s']:,.0f} samples/s", icon=":material/star:")
-        st.code(setting.code(), language="python", wrap_lines=True)
+        st.code(code(setting), language="python", wrap_lines=True)
     left, right = st.columns(2, gap="medium")
     left.plotly_chart(charts.throughput_figure(trials), width="stretch", config=PLOT_CONFIG)
     right.plotly_chart(charts.memory_figure(trials), width="stretch", config=PLOT_CONFIG)

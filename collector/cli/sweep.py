@@ -9,10 +9,12 @@ import time
 from typing import Any, TextIO
 
 from collector.cli.args import add_db_option, positive_float
+from collector.diagnosis.decide_measured import FED_WAIT_SHARE, TOLERANCE, MeasuredSearch
+from collector.diagnosis.setting import Setting
 from collector.errors import StallwatchError
-from collector.sweep.grid import DEFAULT_PREFETCH, Grid, Setting, default_workers, parse_bools, parse_ints
+from collector.sweep.grid import DEFAULT_PREFETCH, Grid, code, default_workers, parse_bools, parse_ints
 from collector.sweep.loop import DEFAULT_BUDGET_S, DEFAULT_TRIAL_S, Progress, SweepConfig, SweepResult, run_sweep
-from collector.sweep.plan import FED_WAIT_SHARE, TOLERANCE, Policy, Trial
+from collector.sweep.trial import Trial
 
 BAR_WIDTH = 24
 
@@ -70,7 +72,7 @@ def _main(args: argparse.Namespace) -> int:
     factory = load_factory(args.factory)  # first: a wrong name is the likeliest mistake
     grid = build_grid(args)
     step_s, step_batch, pace_note = _pace(args, grid)
-    policy = Policy(memory_limit_bytes=None if args.max_memory_gb is None else int(args.max_memory_gb * 2**30))
+    policy = MeasuredSearch(memory_limit_bytes=None if args.max_memory_gb is None else int(args.max_memory_gb * 2**30))
     config = SweepConfig(
         db=args.db,
         grid=grid,
@@ -248,7 +250,7 @@ def _verdict(result: SweepResult) -> str:
             head = f"the cheapest setting that keeps this model fed ({figures}, waits {_pct(chosen.wait_share)}):"
     else:
         head = f"the cheapest setting within {TOLERANCE:.0%} of the fastest ({figures}):"
-    return f"\n{head}\n    {chosen.setting.code()}\n"
+    return f"\n{head}\n    {code(chosen.setting)}\n"
 
 
 def _pct(value: float | None) -> str:

@@ -1,4 +1,7 @@
-"""The recommendation's and the live tuner's decision constants, each with where it came from: the table's second half."""
+"""The recommendation's, the live tuner's and the sweep's decision constants, each with where it came from.
+
+The calibration table's second half.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +11,8 @@ from collector.diagnosis.constant import Constant
 # What the model measures and what it cannot are in collector/diagnosis/calibration.py; the
 # choices made on top of it (how far a search goes, how long a trial runs, what counts as a
 # gain) are here, in the same table (``C.NAME``), each with the bench or the reasoning behind it.
+# The sweep's (``collector sweep``, collector/diagnosis/decide_measured.py) come last: it ranks
+# settings it measured, not predictions, so its thresholds are its own.
 # Modules that need one as a plain name bind it from ``C`` at import (``BASELINE_EPOCHS =
 # int(C.BASELINE_EPOCHS)``), so the value lives here alone.
 DECISIONS = (
@@ -164,5 +169,34 @@ DECISIONS = (
         "share of the job's loader time",
         "chosen: a loader below it gains the job at most 7.5% if made twice as fast, while one slow trial "
         "(+15-90% measured on the course pipeline's evaluation loader) costs about what several epochs gain",
+    ),
+    Constant(
+        "PLATEAU_GAIN",
+        0.10,
+        "share of throughput",
+        "chosen, the sweep's: it stops raising num_workers once a step buys less than this much more measured "
+        "throughput than the best fewer workers gave (the articles' 'raise while watching until it plateaus', "
+        "../shared/SOURCES.md); the same 10% a recommended change must buy (MIN_SPEEDUP)",
+    ),
+    Constant(
+        "TOLERANCE",
+        0.05,
+        "share of the best throughput",
+        "chosen, the sweep's: measured settings this close to the fastest count as as fast, and the cheapest of "
+        "them (fewest workers, fewest batches held, no pinned memory) wins, as CLOSE does among predictions",
+    ),
+    Constant(
+        "FED_WAIT_SHARE",
+        0.05,
+        "share of the measured time",
+        "chosen, the sweep's: a paced trial whose loop waits for data at most this share of its measured time is "
+        "fed; the sweep raises num_workers no further, and its verdict says whether the winner keeps the model fed",
+    ),
+    Constant(
+        "MEMORY_HEADROOM",
+        0.8,
+        "share of available RAM",
+        "chosen, the sweep's: more workers are not tried where their measured RSS (one worker's median times the "
+        "workers added) would pass this share of the memory the last trial left available",
     ),
 )

@@ -1,4 +1,9 @@
-"""Which setting next: the one decision the report and the live tuner call, each with its own ``Search``."""
+"""Which setting next: the one decision of all three callers, each with its own options.
+
+The report and the live tuner rank the model's candidates (``decide``, each with its own ``Search``);
+``collector sweep`` measures settings and ranks what it measured (``next_setting`` and ``cheapest``, with
+its ``MeasuredSearch``: their rules are in collector/diagnosis/decide_measured.py, imported from here).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,11 @@ from dataclasses import dataclass
 
 from collector.diagnosis.calibration import C
 from collector.diagnosis.choose import Prediction, Ranking, candidates, choose, predict
+from collector.diagnosis.decide_measured import MeasuredSearch as MeasuredSearch
+from collector.diagnosis.decide_measured import Plan as Plan
+from collector.diagnosis.decide_measured import cheapest as cheapest
+from collector.diagnosis.decide_measured import cost as cost
+from collector.diagnosis.decide_measured import next_setting as next_setting
 from collector.diagnosis.model import EpochModel, Setting
 
 # NOTE [ After a miss ]

@@ -1,4 +1,4 @@
-"""What a prediction is for: a DataLoader's settings and torch's intra-op threads."""
+"""What a prediction, a trial or a sweep is for: a DataLoader's settings and torch's intra-op threads."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ class Setting:
     prefetch_factor: int | None = 2  # batches in flight per worker (None without workers: DataLoader refuses one)
     persistent_workers: bool = False
     pin_memory: bool = False
+    batch_size: int | None = None  # None: the loader's own (only a sweep changes it)
 
     def changed(self, other: Setting) -> dict[str, Any]:
         """The fields of ``other`` that differ from this setting's, by parameter name, in a fixed order."""
@@ -39,6 +40,11 @@ class Setting:
     def depth(self) -> int:
         """Batches the workers may hold in flight."""
         return self.num_workers * (self.prefetch_factor or 0)
+
+
+def stored(setting: Setting) -> dict[str, Any]:
+    """The setting's fields by name, ``batch_size`` only where set: the stored form files before it also hold."""
+    return {k: v for k, v in dataclasses.asdict(setting).items() if not (k == "batch_size" and v is None)}
 
 
 def _effective(setting: Setting, name: str) -> Any:

@@ -14,7 +14,8 @@ from collector.record.handover import EpochEnded
 from collector.record.loader_setting import apply, target_of, unwatched_by_sigchld
 from collector.record.tuning_job import JOB
 from collector.record.windows import Lent, SeedKept, Windowed, restartable
-from collector.tune.policy import Policy, Segment, Setting, describe
+from collector.tune.answers import describe
+from collector.tune.policy import Policy, Segment, Setting
 
 # NOTE [ Trials never hurt ]
 # A trial runs the user's loader at a setting the user never chose, so its

@@ -1,83 +1,98 @@
-"""The settings a sweep may try: one DataLoader setting, and the grid the user narrows."""
+"""The settings a sweep may try (the grid the user narrows) and how a sweep passes, prints and stores one.
+
+A setting is the report's and the tuner's own (collector/diagnosis/setting.py); a sweep does not vary
+torch's threads, so each of its settings holds the process's, and its stored rows name none.
+"""
 
 from __future__ import annotations
 
 import itertools
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+from collector.diagnosis.setting import Setting
 
 DEFAULT_PREFETCH = (2, 4)
 
 
-@dataclass(frozen=True)
-class Setting:
-    """The DataLoader keyword arguments of one trial. ``batch_size=None``: the factory's own."""
+def sweep_setting(
+    num_workers: int,
+    prefetch_factor: int | None = None,
+    pin_memory: bool = False,
+    persistent_workers: bool = False,
+    batch_size: int | None = None,
+    *,
+    threads: int,
+) -> Setting:
+    """One trial's setting; without workers DataLoader takes no prefetch_factor and no persistent_workers."""
+    if num_workers == 0 and (prefetch_factor is not None or persistent_workers):
+        raise ValueError("num_workers=0 takes no prefetch_factor and no persistent_workers: pass None and False")
+    return Setting(num_workers, threads, prefetch_factor, persistent_workers, pin_memory, batch_size)
 
-    num_workers: int
-    prefetch_factor: int | None = None  # None with num_workers=0: DataLoader refuses any other value
-    pin_memory: bool = False
-    persistent_workers: bool = False
-    batch_size: int | None = None
 
-    def __post_init__(self) -> None:
-        if self.num_workers == 0 and (self.prefetch_factor is not None or self.persistent_workers):
-            raise ValueError("num_workers=0 takes no prefetch_factor and no persistent_workers: pass None and False")
+def factory_kwargs(setting: Setting) -> dict[str, Any]:
+    """What the factory is called with; batch_size only when the sweep sets it (threads are the process's)."""
+    out: dict[str, Any] = {
+        "num_workers": setting.num_workers,
+        "prefetch_factor": setting.prefetch_factor,
+        "pin_memory": setting.pin_memory,
+        "persistent_workers": setting.persistent_workers,
+    }
+    if setting.batch_size is not None:
+        out["batch_size"] = setting.batch_size
+    return out
 
-    def kwargs(self) -> dict[str, Any]:
-        """What the factory is called with; batch_size only when the sweep sets it."""
-        out: dict[str, Any] = {
-            "num_workers": self.num_workers,
-            "prefetch_factor": self.prefetch_factor,
-            "pin_memory": self.pin_memory,
-            "persistent_workers": self.persistent_workers,
-        }
-        if self.batch_size is not None:
-            out["batch_size"] = self.batch_size
-        return out
 
-    def code(self) -> str:
-        """The setting as a line to paste: ``DataLoader(..., num_workers=4, prefetch_factor=2, ...)``."""
-        args = [f"num_workers={self.num_workers}"]
-        if self.batch_size is not None:
-            args.insert(0, f"batch_size={self.batch_size}")
-        if self.num_workers:
-            args += [f"prefetch_factor={self.prefetch_factor}", f"persistent_workers={self.persistent_workers}"]
-        args.append(f"pin_memory={self.pin_memory}")
-        return f"DataLoader(..., {', '.join(args)})"
+def code(setting: Setting) -> str:
+    """The setting as a line to paste: ``DataLoader(..., num_workers=4, prefetch_factor=2, ...)``."""
+    args = [f"num_workers={setting.num_workers}"]
+    if setting.batch_size is not None:
+        args.insert(0, f"batch_size={setting.batch_size}")
+    if setting.num_workers:
+        args += [f"prefetch_factor={setting.prefetch_factor}", f"persistent_workers={setting.persistent_workers}"]
+    args.append(f"pin_memory={setting.pin_memory}")
+    return f"DataLoader(..., {', '.join(args)})"
 
-    def others(self) -> str:
-        """Everything but num_workers, as a short label (one chart curve per label)."""
-        parts = [f"prefetch {self.prefetch_factor or '-'}", f"pin {'on' if self.pin_memory else 'off'}"]
-        parts.append(f"persistent {'on' if self.persistent_workers else 'off'}")
-        if self.batch_size is not None:
-            parts.append(f"batch {self.batch_size}")
-        return " · ".join(parts)
 
-    def cost(self) -> tuple[int, int, int, int]:
-        """Cheaper first: fewer workers, fewer batches held in memory, no pinned memory."""
-        held = self.num_workers * (self.prefetch_factor or 0)
-        return (self.num_workers, held, int(self.pin_memory), int(self.persistent_workers))
+def others(setting: Setting) -> str:
+    """Everything but num_workers, as a short label (one chart curve per label)."""
+    parts = [f"prefetch {setting.prefetch_factor or '-'}", f"pin {'on' if setting.pin_memory else 'off'}"]
+    parts.append(f"persistent {'on' if setting.persistent_workers else 'off'}")
+    if setting.batch_size is not None:
+        parts.append(f"batch {setting.batch_size}")
+    return " · ".join(parts)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "num_workers": self.num_workers,
-            "prefetch_factor": self.prefetch_factor,
-            "pin_memory": self.pin_memory,
-            "persistent_workers": self.persistent_workers,
-            "batch_size": self.batch_size,
-        }
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Setting:
-        workers = int(data["num_workers"])
-        return cls(
-            num_workers=workers,
-            prefetch_factor=_int_or_none(data.get("prefetch_factor")) if workers else None,
-            pin_memory=bool(data.get("pin_memory", False)),
-            persistent_workers=bool(data.get("persistent_workers", False)) if workers else False,
-            batch_size=_int_or_none(data.get("batch_size")),
-        )
+def to_row(setting: Setting) -> dict[str, Any]:
+    """The setting as a sweep's run tags store it (``trial``): no threads, which a sweep does not vary."""
+    return {
+        "num_workers": setting.num_workers,
+        "prefetch_factor": setting.prefetch_factor,
+        "pin_memory": setting.pin_memory,
+        "persistent_workers": setting.persistent_workers,
+        "batch_size": setting.batch_size,
+    }
+
+
+def from_row(data: dict[str, Any], *, threads: int) -> Setting:
+    """A setting back from a sweep's tags or rows, at ``threads`` (the rows keep none)."""
+    workers = int(data["num_workers"])
+    return sweep_setting(
+        workers,
+        prefetch_factor=_int_or_none(data.get("prefetch_factor")) if workers else None,
+        pin_memory=bool(data.get("pin_memory", False)),
+        persistent_workers=bool(data.get("persistent_workers", False)) if workers else False,
+        batch_size=_int_or_none(data.get("batch_size")),
+        threads=threads,
+    )
+
+
+def process_threads() -> int:
+    """torch's intra-op threads in this process: what every trial of a sweep runs at."""
+    import torch
+
+    return int(torch.get_num_threads())
 
 
 @dataclass(frozen=True)
@@ -89,6 +104,7 @@ class Grid:
     pin_memory: tuple[bool, ...] = (False,)
     persistent_workers: tuple[bool, ...] = (False, True)
     batch_size: tuple[int | None, ...] = (None,)
+    threads: int = field(default_factory=process_threads)  # torch's, at the sweep's start: not an axis
 
     def __post_init__(self) -> None:
         for name in ("workers", "prefetch", "pin_memory", "persistent_workers", "batch_size"):
@@ -119,7 +135,7 @@ class Grid:
 
     def base(self) -> Setting:
         """Where the sweep starts: the fewest workers, every other setting at its default."""
-        start = Setting(0, None, self.pin_memory[0], False, self.batch_size[0])
+        start = self.setting(0, None, self.pin_memory[0], False, self.batch_size[0])
         return self.with_workers(start, self.workers[0])
 
     def settings(self) -> list[Setting]:
@@ -128,8 +144,21 @@ class Grid:
         for w, p, pin, pers, b in itertools.product(
             self.workers, self.prefetch, self.pin_memory, self.persistent_workers, self.batch_size
         ):
-            seen[Setting(w, p, pin, pers, b) if w else Setting(0, None, pin, False, b)] = None
+            seen[self.setting(w, p, pin, pers, b) if w else self.setting(0, None, pin, False, b)] = None
         return list(seen)
+
+    def setting(
+        self,
+        num_workers: int,
+        prefetch_factor: int | None = None,
+        pin_memory: bool = False,
+        persistent_workers: bool = False,
+        batch_size: int | None = None,
+    ) -> Setting:
+        """``sweep_setting`` at this grid's threads."""
+        return sweep_setting(
+            num_workers, prefetch_factor, pin_memory, persistent_workers, batch_size, threads=self.threads
+        )
 
 
 def _int_or_none(value: Any) -> int | None:

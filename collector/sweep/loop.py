@@ -9,9 +9,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from collector.sweep.grid import Grid, Setting
-from collector.sweep.plan import Plan, Policy, Trial, choose, next_setting
-from collector.sweep.trial import Factory, TrialSpec, run_trial
+from collector.diagnosis.decide import MeasuredSearch, Plan, cheapest, cost, next_setting
+from collector.diagnosis.setting import Setting
+from collector.sweep.grid import Grid, to_row
+from collector.sweep.trial import Factory, Trial, TrialSpec, run_trial
 
 DEFAULT_BUDGET_S = 120.0
 DEFAULT_TRIAL_S = 3.0
@@ -28,7 +29,7 @@ class SweepConfig:
     step_s: float = 0.0  # the model's step per batch, measured at ``step_batch_size``
     step_batch_size: int | None = None  # sweeping batch_size scales the step in proportion
     warmup_batches: int | None = None
-    policy: Policy = field(default_factory=Policy)
+    policy: MeasuredSearch = field(default_factory=MeasuredSearch)
     full_grid: bool = False  # try every setting instead of choosing adaptively
     sweep_id: str | None = None
 
@@ -93,7 +94,7 @@ def run_sweep(
         setting = plan.setting
         progress.trial_started(index, setting, elapsed)
         step = config.step_for(setting)
-        tags: dict[str, Any] = {"sweep": sweep_id, "trial": setting.to_dict(), "index": index, "step_s": step or None}
+        tags: dict[str, Any] = {"sweep": sweep_id, "trial": to_row(setting), "index": index, "step_s": step or None}
         spec = TrialSpec(
             config.db, f"{sweep_id} #{index}", tags, config.trial_s, step, warmup_batches=config.warmup_batches
         )
@@ -106,7 +107,7 @@ def run_sweep(
             written[trial.run_id] = tags
         trials.append(trial)
         progress.trial_done(index, trial, clock() - started)
-    chosen = choose(trials, policy.tolerance)
+    chosen = cheapest(trials, policy.tolerance)
     if chosen is not None and chosen.run_id in written:
         sweep_queries.update_tags(config.db, chosen.run_id, {**written[chosen.run_id], "chosen": True})
     notes = list(dict.fromkeys(plan.notes))
@@ -117,11 +118,13 @@ def run_sweep(
     )
 
 
-def _next(config: SweepConfig, grid_settings: Sequence[Setting], trials: Sequence[Trial], policy: Policy) -> Plan:
+def _next(
+    config: SweepConfig, grid_settings: Sequence[Setting], trials: Sequence[Trial], policy: MeasuredSearch
+) -> Plan:
     if not config.full_grid:
         return next_setting(config.grid, trials, policy)
     tried = {t.setting for t in trials}
-    left = sorted((s for s in grid_settings if s not in tried), key=lambda s: s.cost())
+    left = sorted((s for s in grid_settings if s not in tried), key=cost)
     return Plan(left[0] if left else None)
 
 

@@ -7,15 +7,58 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
+from collector.diagnosis.setting import Setting
 from collector.record.batchinfo import describe_batch
-from collector.sweep.grid import Setting
-from collector.sweep.plan import Trial
+from collector.sweep.grid import factory_kwargs
 
 HOST_HZ = 4.0  # memory samples per second; trials are short
 MIN_BATCHES = 5  # measured batches before a trial may end
 MAX_WARMUP_BATCHES = 64
 
 Factory = Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class Trial:
+    """What one setting measured: a record, the decision's to read (collector/diagnosis/decide.py).
+
+    ``error`` set: the factory or the loader raised.
+    """
+
+    setting: Setting
+    samples_per_s: float | None = None  # after warm-up, start-up excluded
+    batches_per_s: float | None = None
+    wait_share: float | None = None  # share of the measured time the loop waited in next()
+    startup_s: float | None = None  # iter() to the first batch: worker start-up
+    batches: int = 0  # measured batches, warm-up excluded
+    warmup_batches: int = 0
+    epochs: int = 0  # epochs started
+    peak_rss_bytes: int | None = None  # main process + workers, at the busiest sample
+    worker_rss_bytes: int | None = None  # median RSS of one worker
+    mem_available_bytes: int | None = None  # least memory the machine had left during the trial
+    duration_s: float = 0.0  # wall time the trial took, start-up included
+    run_id: int | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.samples_per_s is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "samples_per_s": self.samples_per_s,
+            "batches_per_s": self.batches_per_s,
+            "wait_share": self.wait_share,
+            "startup_s": self.startup_s,
+            "batches": self.batches,
+            "warmup_batches": self.warmup_batches,
+            "epochs": self.epochs,
+            "peak_rss_bytes": self.peak_rss_bytes,
+            "worker_rss_bytes": self.worker_rss_bytes,
+            "mem_available_bytes": self.mem_available_bytes,
+            "duration_s": self.duration_s,
+            "error": self.error,
+        }
 
 
 @dataclass(frozen=True)
@@ -51,7 +94,7 @@ def run_trial(
 
     started = clock()
     try:
-        loader = factory(**setting.kwargs())
+        loader = factory(**factory_kwargs(setting))
     except Exception as exc:  # noqa: BLE001 - the user's factory may raise anything for one setting
         return Trial(setting, error=f"factory raised {_describe(exc)}", duration_s=clock() - started)
     if not hasattr(type(loader), "__iter__") or isinstance(loader, (str, bytes)):

@@ -10,11 +10,11 @@ import signal
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import asdict
 from typing import Any
 
 from collector.diagnosis.calibration import C
 from collector.diagnosis.model import Setting
+from collector.diagnosis.setting import stored
 from collector.tune.answers import NothingPays, Proposal, setting_from
 from collector.writer.names import name_this_thread
 from collector.writer.spawn import (
@@ -121,11 +121,11 @@ class Advisor:
             "db": db,
             "run_id": run_id,
             "epoch": epoch,
-            "current": asdict(current),
-            "tried": [asdict(s) for s in tried],
+            "current": stored(current),
+            "tried": [stored(s) for s in tried],
             "fixed_workers": fixed_workers,
             "fixed_threads": fixed_threads,
-            "missed": None if missed is None else asdict(missed),
+            "missed": None if missed is None else stored(missed),
             "correction": correction,
             "noise": noise,
             "banked": banked,

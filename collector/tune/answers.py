@@ -1,4 +1,4 @@
-"""What the tuner and its helper exchange: a setting in stored form, the helper's proposal, or why nothing pays."""
+"""What the tuner and its helper exchange: a setting in stored form and in words, the helper's proposal, or why nothing pays."""
 
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from collector.diagnosis.model import Setting
+from collector.diagnosis.setting import stored
 
 
 def setting_json(setting: Setting, trial: bool = False) -> str:
     """The stored form of a setting (epochs.setting, trials.setting): its fields, and whether it was a trial."""
-    return json.dumps({**dataclasses.asdict(setting), **({"trial": True} if trial else {})}, sort_keys=True)
+    return json.dumps({**stored(setting), **({"trial": True} if trial else {})}, sort_keys=True)
 
 
 def setting_from(value: dict[str, Any]) -> Setting:
@@ -58,3 +59,16 @@ class NothingPays:
     why: str
     seen: int | None = None  # as Proposal.seen
     later: bool = False  # asked too early to say (the step's CPU not sampled yet): a later question may find one
+
+
+def describe(setting: Setting) -> str:
+    """A setting in words: ``num_workers=2, prefetch_factor=2, 2 threads``."""
+    parts = [f"num_workers={setting.num_workers}"]
+    if setting.num_workers:
+        parts.append(f"prefetch_factor={setting.prefetch_factor}")
+        if setting.persistent_workers:
+            parts.append("persistent_workers=True")
+    if setting.pin_memory:
+        parts.append("pin_memory=True")
+    parts.append(f"{setting.threads} threads")
+    return ", ".join(parts)

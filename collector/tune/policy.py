@@ -7,9 +7,9 @@ import statistics
 from dataclasses import dataclass, field
 
 from collector.diagnosis.calibration import C
-from collector.diagnosis.model import Setting
+from collector.diagnosis.setting import Setting, stored
 from collector.diagnosis.tuned_line import line
-from collector.tune.answers import NothingPays, Proposal
+from collector.tune.answers import NothingPays, Proposal, describe
 from collector.tune.every import DEFAULT_EVERY
 from collector.tune.trial import Segment, Trial
 
@@ -296,22 +296,9 @@ class Policy:
         speedup = self.measured_speedup()
         if self.current == self.start or speedup is None:
             return None
-        return line(dataclasses.asdict(self.start), dataclasses.asdict(self.current), speedup)
+        return line(stored(self.start), stored(self.current), speedup)
 
 
 def _starts_workers(baseline: Setting, setting: Setting) -> bool:
     """A trial whose persistent workers start in its first segment: any loader field changed (threads alone do not)."""
     return setting.persistent_workers and baseline.but(threads=setting.threads) != setting
-
-
-def describe(setting: Setting) -> str:
-    """A setting in words: ``num_workers=2, prefetch_factor=2, 2 threads``."""
-    parts = [f"num_workers={setting.num_workers}"]
-    if setting.num_workers:
-        parts.append(f"prefetch_factor={setting.prefetch_factor}")
-        if setting.persistent_workers:
-            parts.append("persistent_workers=True")
-    if setting.pin_memory:
-        parts.append("pin_memory=True")
-    parts.append(f"{setting.threads} threads")
-    return ", ".join(parts)

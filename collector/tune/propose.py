@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import asdict
 from typing import Any
 
 import pandas as pd
@@ -15,6 +14,7 @@ from collector.diagnosis.choose import Ranking, predict
 from collector.diagnosis.data import RunData, load_run
 from collector.diagnosis.decide import Search, decide
 from collector.diagnosis.model import EpochModel, Setting
+from collector.diagnosis.setting import stored
 from collector.diagnosis.stats import measure
 from collector.diagnosis.tuned import stored_settings
 from collector.errors import InsufficientData
@@ -134,8 +134,8 @@ def propose(
     if chosen.setting == current or not chosen.changes or no_gain:
         return {"none": f"no untried setting is predicted to beat the current one (best {ranked.speedup:.2f}x)"}
     return {
-        "baseline": asdict(current),
-        "setting": asdict(chosen.setting),
+        "baseline": stored(current),
+        "setting": stored(chosen.setting),
         "predicted": chosen.speedup,
         "low": chosen.low,
         "high": chosen.high,
@@ -164,7 +164,7 @@ def other_settings(
     """
     plain = stored_settings(epochs)
     out = []
-    for at in [s for i, s in enumerate(plain) if s not in plain[:i] and s != asdict(model.recorded)]:
+    for at in [s for i, s in enumerate(plain) if s not in plain[:i] and s != stored(model.recorded)]:
         try:
             other = build_model(measure(load_run(reader, run_id, live=True, at=at)))
         except InsufficientData:
