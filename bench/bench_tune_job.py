@@ -12,7 +12,8 @@ the grid's best static setting), interleaved rounds (the arms' order alternates)
 - untuned at the start, tuned from the start
 
 Printed per class and start, each a median over rounds:
-- tuned / best: the best static job epoch over the tuned job's last 3 epochs (target >= 0.95)
+- tuned / best: the best static job epoch over the tuned job's last 3 epochs (target >= 0.95), and
+  the same for each loader alone (the training loader's, the evaluation loader's epochs)
 - tuned / untuned: the untuned job's total time over the tuned one's (never below 1 beyond noise;
   started at the best, at least 0.98: a tuner that finds nothing costs at most 2%)
 - slow epochs: tuned job epochs 10% or more slower than the untuned run's median (target <= 1 a run)
@@ -162,11 +163,19 @@ def bench_class(args: argparse.Namespace, cls: str, tmp: str) -> None:
     for start in ("0", "shipped", "best"):
         vs_best = [rd["grid"][rd["best"]] / tail(rd[f"tuned {start}"]["job"]) for rd in rounds]
         vs_untuned = [sum(rd[f"untuned {start}"]["job"]) / sum(rd[f"tuned {start}"]["job"]) for rd in rounds]
+        train = [_loader_vs_best(rd, start, "train") for rd in rounds]
         print(
             f"  from {start:8s} tuned/best {statistics.median(vs_best):.3f} ({', '.join(f'{v:.2f}' for v in vs_best)}); "
-            f"tuned/untuned {statistics.median(vs_untuned):.3f} ({', '.join(f'{v:.2f}' for v in vs_untuned)})",
+            f"tuned/untuned {statistics.median(vs_untuned):.3f} ({', '.join(f'{v:.2f}' for v in vs_untuned)}); "
+            f"training loader alone tuned/best {statistics.median(train):.3f} ({', '.join(f'{v:.2f}' for v in train)})",
             flush=True,
         )
+
+
+def _loader_vs_best(results: dict[str, Any], start: str, loader: str) -> float:
+    """One loader's epoch at the best static setting over the tuned job's (its last 3 epochs): where the gap lies."""
+    best = statistics.median(results[f"grid {results['best']}"][loader][1:])
+    return best / tail(results[f"tuned {start}"][loader])
 
 
 def _print_round(cls: str, r: int, results: dict[str, Any]) -> None:
@@ -180,8 +189,9 @@ def _print_round(cls: str, r: int, results: dict[str, Any]) -> None:
         base = statistics.median(untuned["job"])
         slow = sum(t >= 1.10 * base for t in tuned["job"])
         print(
-            f"  from {start}: tuned/best {grid[best] / tail(tuned['job']):.2f}, tuned/untuned "
-            f"{sum(untuned['job']) / sum(tuned['job']):.3f}, slow epochs {slow}; "
+            f"  from {start}: tuned/best {grid[best] / tail(tuned['job']):.2f} (training loader "
+            f"{_loader_vs_best(results, start, 'train'):.2f}, evaluation {_loader_vs_best(results, start, 'val'):.2f}), "
+            f"tuned/untuned {sum(untuned['job']) / sum(tuned['job']):.3f}, slow epochs {slow}; "
             f"tuned {[round(t, 2) for t in tuned['job']]}",
             flush=True,
         )
