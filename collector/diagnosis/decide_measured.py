@@ -2,7 +2,7 @@
 
 The report and the live tuner rank settings by the model; a sweep ranks what it
 measured. Its rules and its ``MeasuredSearch`` are here beside ``decide``; its
-trial records (collector/sweep/plan.py's ``Trial``) and grid (collector/sweep/grid.py)
+trial records (collector/sweep/trial.py's ``Trial``) and grid (collector/sweep/grid.py)
 are read through ``Measured`` and ``Axes``.
 """
 

@@ -55,15 +55,6 @@ def code(setting: Setting) -> str:
     return f"DataLoader(..., {', '.join(args)})"
 
 
-def others(setting: Setting) -> str:
-    """Everything but num_workers, as a short label (one chart curve per label)."""
-    parts = [f"prefetch {setting.prefetch_factor or '-'}", f"pin {'on' if setting.pin_memory else 'off'}"]
-    parts.append(f"persistent {'on' if setting.persistent_workers else 'off'}")
-    if setting.batch_size is not None:
-        parts.append(f"batch {setting.batch_size}")
-    return " · ".join(parts)
-
-
 def to_row(setting: Setting) -> dict[str, Any]:
     """The setting as a sweep's run tags store it (``trial``): no threads, which a sweep does not vary."""
     return {
